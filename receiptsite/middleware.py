@@ -1,0 +1,56 @@
+"""Site-wide middleware: request ids, and a clear 503 while the database is unreachable."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable
+
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse
+
+from receiptsite.problems import problem
+
+logger = logging.getLogger(__name__)
+
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestIDMiddleware:
+    """Echo a well-formed incoming X-Request-ID, or make one; set it on every response."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        incoming = request.headers.get("X-Request-ID", "")
+        request_id = incoming if REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
+        request.request_id = request_id  # type: ignore[attr-defined]
+        response = self.get_response(request)
+        response["X-Request-ID"] = request_id
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        return response
+
+
+class DatabaseUnavailableMiddleware:
+    """A database that does not answer is a 503 problem, never a bare 500 page."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, (OperationalError, InterfaceError)):
+            logger.error("database unavailable: %s", type(exception).__name__)
+            response = problem(
+                503,
+                "database-unavailable",
+                "The database is not answering",
+                "The site cannot reach its database right now. Try again shortly.",
+            )
+            response["Retry-After"] = "5"
+            return response
+        return None

@@ -1,0 +1,100 @@
+"""The log monitor: recompute the tree from the stored receipts and hold the site to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from receiptsite.integrity import merkle, note
+from receiptsite.integrity.encoding import b64
+from receiptsite.receipts import log
+from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, SigningKey
+
+
+class Command(BaseCommand):
+    help = (
+        "Recompute the transparency log from the stored receipts and compare it with the "
+        "stored tree and the latest checkpoint; with --against, prove that an earlier "
+        "checkpoint (saved by anyone) is consistent with today's tree. Exits non-zero on any "
+        "mismatch."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--against",
+            metavar="CHECKPOINT_FILE",
+            help="a signed checkpoint saved earlier from /api/log/checkpoint",
+        )
+
+    def handle(self, *args: Any, against: str | None = None, **options: Any) -> None:
+        problems: list[str] = []
+        leaves: list[bytes] = []
+        rows = LogEntry.objects.order_by("index").values_list(
+            "index", "receipt__canonical_bytes"
+        )
+        for index, data in rows.iterator(chunk_size=2000):
+            if index != len(leaves):
+                problems.append(f"the log has no leaf {len(leaves)} (next stored is {index})")
+                break
+            leaves.append(merkle.leaf_hash(bytes(data)))
+        size = len(leaves)
+
+        stored_leaves = dict(
+            LogNode.objects.filter(key__lt=LogNode.node_key(1, 0)).values_list("key", "hash")
+        )
+        for index, leaf in enumerate(leaves):
+            if bytes(stored_leaves.get(LogNode.node_key(0, index), b"")) != leaf:
+                problems.append(f"leaf {index}: the receipt's bytes are not the ones logged")
+
+        current = log.head()
+        if current.size != size:
+            problems.append(f"the latest checkpoint has size {current.size}, the log {size}")
+        elif merkle.root_from_leaves(leaves) != current.root:
+            problems.append(f"the root of the {size} stored receipts differs from the checkpoint's")
+        for tree_size, root in Checkpoint.objects.values_list("tree_size", "root_hash").iterator():
+            if tree_size <= size and merkle.root_from_leaves(leaves[:tree_size]) != bytes(root):
+                problems.append(f"the stored checkpoint of size {tree_size} has a wrong root")
+                break
+        try:
+            log.guard(current)
+        except log.LogRollback as error:
+            problems.append(str(error))
+
+        if against:
+            problems += self.check_against(Path(against), leaves, current)
+
+        if problems:
+            raise CommandError("the log does not check out:\n- " + "\n- ".join(problems))
+        self.stdout.write(
+            f"OK: {size} leaves recomputed; root {b64(current.root)} matches the checkpoint."
+        )
+
+    def check_against(self, path: Path, leaves: list[bytes], current: log.Head) -> list[str]:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            return [f"cannot read {path}: {error}"]
+        verifiers = [
+            note.verifier_key(current.origin, bytes(public))
+            for public in SigningKey.objects.exclude(status=SigningKey.COMPROMISED).values_list(
+                "public_key", flat=True
+            )
+        ]
+        body = note.verify_note(text, verifiers)
+        if body is None:
+            return [f"{path} is not a checkpoint signed by one of this site's keys"]
+        origin, size, root = note.parse_checkpoint(body)
+        if origin != current.origin:
+            return [f"{path} is for the log {origin!r}, not {current.origin!r}"]
+        if size > len(leaves):
+            return [f"{path} has {size} leaves, but the log now has only {len(leaves)}"]
+        if size == 0:
+            return [] if root == merkle.EMPTY_ROOT else [f"{path} has a wrong empty root"]
+        proof = log.consistency_proof(size, len(leaves))
+        ours = merkle.root_from_leaves(leaves)
+        if not merkle.verify_consistency(size, len(leaves), proof, root, ours):
+            return [f"the log of {len(leaves)} leaves is NOT consistent with {path} ({size})"]
+        self.stdout.write(f"Consistent with the checkpoint of size {size} in {path}.")
+        return []

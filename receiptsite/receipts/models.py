@@ -1,0 +1,279 @@
+"""The stored records: tenants and their keys, receipts, the transparency log, review decisions.
+
+Receipts, the log tables and review decisions are append-only: migrations install database
+triggers that refuse UPDATE, DELETE and TRUNCATE of them (see migrations/0002_immutability).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+from datetime import UTC, datetime
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+def format_timestamp(value: datetime) -> str:
+    """Every timestamp the site writes: UTC, microseconds, Z."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(max_length=50, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class ApiKey(models.Model):
+    """An API key is shown once. Only its public prefix and the SHA-256 of the whole key are kept.
+
+    A key reads `rk_<12 hex>_<43 base64url>`: the prefix finds the row in one indexed lookup,
+    and the digest is compared in constant time. The secret part has 256 bits of entropy, so a
+    plain SHA-256 (not a slow password hash) is the right digest.
+    """
+
+    PREFIX_LENGTH = len("rk_") + 12
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="api_keys")
+    prefix = models.CharField(max_length=32, unique=True)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.prefix} ({self.tenant.slug})"
+
+    @staticmethod
+    def digest_of(raw: str) -> str:
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, tenant: Tenant) -> tuple[ApiKey, str]:
+        prefix = f"rk_{secrets.token_hex(6)}"
+        raw = f"{prefix}_{secrets.token_urlsafe(32)}"
+        key = cls.objects.create(tenant=tenant, prefix=prefix, digest=cls.digest_of(raw))
+        return key, raw
+
+    @classmethod
+    def authenticate(cls, raw: str) -> ApiKey | None:
+        """The active key named by `raw`, with its tenant, or None. One query."""
+        prefix = raw[: cls.PREFIX_LENGTH]
+        if not prefix.startswith("rk_") or len(raw) > 200:
+            return None
+        key = cls.objects.select_related("tenant").filter(prefix=prefix).first()
+        if key is None or key.revoked_at is not None:
+            return None
+        if not hmac.compare_digest(key.digest, cls.digest_of(raw)):
+            return None
+        return key
+
+
+class SigningKey(models.Model):
+    """The public half of every signing key the site has used, kept forever so that old
+    receipts and checkpoints keep verifying. The private half lives only in SIGNING_KEY_FILE."""
+
+    ACTIVE, RETIRED, COMPROMISED = "active", "retired", "compromised"
+    STATUSES = [(ACTIVE, "active"), (RETIRED, "retired"), (COMPROMISED, "compromised")]
+
+    kid = models.CharField(max_length=64, unique=True)
+    public_key = models.BinaryField(max_length=32)
+    status = models.CharField(max_length=12, choices=STATUSES, default=ACTIVE)
+    created_at = models.DateTimeField(default=timezone.now)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.kid} ({self.status})"
+
+
+class ReceiptQuerySet(models.QuerySet["Receipt"]):
+    def for_verification(self) -> ReceiptQuerySet:
+        return self.select_related("tenant", "signing_key", "log_entry")
+
+
+class Summary(TypedDict):
+    id: str
+    url: str
+    verify_url: str
+    output_hash: str
+    recorded_at: str
+    log_index: int | None
+    workflow_id: str
+    phase: str
+    subject: dict[str, Any]
+    outcome: str | None
+
+
+class Receipt(models.Model):
+    """One evidence document. `canonical_bytes` is the single source of truth; the other
+    columns are copies for lookups and filters, and the verification checks that they agree."""
+
+    public_id = models.UUIDField(unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="receipts")
+    api_key = models.ForeignKey(ApiKey, on_delete=models.PROTECT, related_name="receipts")
+    recorded_at = models.DateTimeField()
+    workflow_id = models.CharField(max_length=200)
+    session_id = models.CharField(max_length=200, blank=True, default="")
+    phase = models.CharField(max_length=20)
+    subject_name = models.CharField(max_length=200)
+    outcome = models.CharField(max_length=20, null=True, blank=True)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    # SHA-256 of the producer's part of the document: "the same request" for idempotency.
+    request_hash = models.CharField(max_length=64)
+    canonical_bytes = models.BinaryField()
+    output_hash = models.CharField(max_length=64)
+    signature = models.BinaryField(max_length=64)
+    signing_key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="+")
+
+    objects = ReceiptQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="receipt_idempotency_key_unique_per_tenant",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "-id"], name="receipt_tenant_newest"),
+            models.Index(fields=["tenant", "workflow_id", "-id"], name="receipt_tenant_workflow"),
+            models.Index(fields=["tenant", "recorded_at"], name="receipt_tenant_recorded"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.phase} {self.subject_name} ({self.public_id})"
+
+    @property
+    def uuid(self) -> str:
+        return str(self.public_id)
+
+    @property
+    def url(self) -> str:
+        return f"{settings.SITE_URL}/run/{self.public_id}"
+
+    @property
+    def verify_url(self) -> str:
+        return f"{settings.SITE_URL}/api/receipt/{self.public_id}/verify"
+
+    @property
+    def log_index(self) -> int | None:
+        try:
+            return self.log_entry.index
+        except LogEntry.DoesNotExist:
+            return None
+
+    def raw_bytes(self) -> bytes:
+        return bytes(self.canonical_bytes)  # PostgreSQL hands back a memoryview
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.raw_bytes())
+        return doc
+
+    def ingest_answer(self) -> dict[str, Any]:
+        return {
+            "id": self.uuid,
+            "url": self.url,
+            "verify_url": self.verify_url,
+            "output_hash": self.output_hash,
+            "recorded_at": format_timestamp(self.recorded_at),
+            "log_index": self.log_index,
+        }
+
+    def summary(self, document: dict[str, Any] | None = None) -> Summary:
+        doc = document if document is not None else self.document()
+        return {
+            "id": self.uuid,
+            "url": self.url,
+            "verify_url": self.verify_url,
+            "output_hash": self.output_hash,
+            "recorded_at": format_timestamp(self.recorded_at),
+            "log_index": self.log_index,
+            "workflow_id": self.workflow_id,
+            "phase": self.phase,
+            "subject": doc.get("subject", {}),
+            "outcome": self.outcome,
+        }
+
+
+class LogEntry(models.Model):
+    """A receipt's position in the transparency log. The receipt row itself never changes."""
+
+    index = models.BigIntegerField(primary_key=True)
+    receipt = models.OneToOneField(Receipt, on_delete=models.PROTECT, related_name="log_entry")
+
+    class Meta:
+        verbose_name_plural = "log entries"
+
+
+class LogNode(models.Model):
+    """The hash of one complete subtree of the log: (level, index) covers leaves
+    [index * 2**level, (index + 1) * 2**level). Level 0 holds the leaf hashes. Storing these
+    makes an append O(log n) writes and a proof O(log n) reads, as in Certificate Transparency.
+    """
+
+    key = models.BigIntegerField(primary_key=True)  # level * 2**56 + index, see node_key()
+    hash = models.BinaryField(max_length=32)
+
+    @staticmethod
+    def node_key(level: int, index: int) -> int:
+        return (level << 56) | index
+
+
+class Checkpoint(models.Model):
+    """The tree head after every append: size, root and the origin it is published under.
+    Signatures are made when a checkpoint is served, with the then-active key."""
+
+    tree_size = models.BigIntegerField(primary_key=True)
+    root_hash = models.BinaryField(max_length=32)
+    origin = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+
+
+class ReviewDecision(models.Model):
+    """An auditor's decision on a receipt. Append-only: a correction is a new decision that
+    supersedes the old one. Internal: the public page never shows decisions."""
+
+    ACCEPTED = "accepted"
+    CONCLUSIONS = [
+        (ACCEPTED, "Accepted"),
+        ("accepted_with_exception", "Accepted with exception"),
+        ("rejected", "Rejected"),
+        ("needs_follow_up", "Needs follow-up"),
+    ]
+
+    receipt = models.ForeignKey(Receipt, on_delete=models.PROTECT, related_name="decisions")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="review_decisions"
+    )
+    reviewed_at = models.DateTimeField(default=timezone.now)
+    conclusion = models.CharField(max_length=32, choices=CONCLUSIONS)
+    exception_note = models.TextField(blank=True)
+    follow_up = models.TextField(blank=True)
+    output_hash = models.CharField(
+        max_length=64, help_text="The receipt's output hash at the time of review."
+    )
+    supersedes = models.OneToOneField(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="superseded_by",
+        help_text="The earlier decision this one corrects.",
+    )
+
+    class Meta:
+        ordering = ["-reviewed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_conclusion_display()} by {self.reviewer} at {self.reviewed_at:%Y-%m-%d}"

@@ -1,0 +1,376 @@
+"""The OpenAPI 3.1 description of every API route, served at /api/openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STRING = {"type": "string"}
+UUID = {"type": "string", "format": "uuid"}
+TIMESTAMP = {"type": "string", "format": "date-time"}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/problem+json": {"schema": _ref("Problem")}},
+    }
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+ID_PARAM = {"name": "receipt_id", "in": "path", "required": True, "schema": UUID}
+AUTH_ERRORS = {"401": _problem("Missing, unknown or revoked API key")}
+BODY_ERRORS = {
+    "400": _problem("The body is not UTF-8 JSON, or has duplicate keys"),
+    "413": _problem("The body is over the size limit"),
+    "415": _problem("The content type is not application/json (UTF-8)"),
+    "422": _problem("The document is not valid, or the idempotency key names another receipt"),
+    "429": _problem("Too many requests"),
+}
+TEXT_FIELD = {"type": "string"}
+SHORT = {"type": "string", "maxLength": 200}
+
+RECEIPT_IN: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["workflow_id", "phase", "subject"],
+    "properties": {
+        "workflow_id": {"type": "string", "minLength": 1, "maxLength": 200},
+        "step_id": SHORT,
+        "attempt": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "number": {"type": "integer", "minimum": 1},
+                "prior_attempt_id": SHORT,
+                "retry_reason": {"type": "string", "maxLength": 500},
+            },
+        },
+        "phase": {"enum": ["start", "end", "completion", "confirmation", "handoff"]},
+        "subject": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["type", "name"],
+            "properties": {
+                "type": {"enum": ["tool", "task", "chain", "agent_run", "model", "external"]},
+                "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                "version": {"type": "string", "maxLength": 100},
+            },
+        },
+        "framework": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "maxLength": 50},
+                "version": SHORT,
+                "run_id": SHORT,
+                "parent_run_id": SHORT,
+                "tool_call_id": SHORT,
+            },
+        },
+        "session_id": SHORT,
+        "actor": SHORT,
+        "trace_id": SHORT,
+        "request_id": SHORT,
+        "outcome": {"enum": ["succeeded", "failed", "timed_out", "uncertain"]},
+        "started_at": TIMESTAMP,
+        "ended_at": TIMESTAMP,
+        "duration_ms": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
+        "input_summary": TEXT_FIELD,
+        "result": TEXT_FIELD,
+        "observed": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 500}},
+        "not_observed": {
+            "type": "array",
+            "maxItems": 20,
+            "items": {"type": "string", "maxLength": 500},
+        },
+        "operation_ref": SHORT,
+        "links": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "parent_receipt_id": UUID,
+                "child_receipt_ids": {"type": "array", "maxItems": 100, "items": UUID},
+                "parent_idempotency_key": SHORT,
+                "child_idempotency_keys": {"type": "array", "maxItems": 100, "items": SHORT},
+            },
+        },
+        "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200,
+                            "pattern": "^[\\x21-\\x7e]+$"},
+        "metadata": {
+            "type": "object",
+            "maxProperties": 20,
+            "propertyNames": {"pattern": "^[a-z][a-z0-9_.-]{0,63}$"},
+            "additionalProperties": {
+                "type": ["string", "integer", "boolean", "null"],
+            },
+        },
+    },
+}
+
+INGEST_ANSWER = {
+    "type": "object",
+    "required": ["id", "url", "verify_url", "output_hash", "recorded_at", "log_index"],
+    "properties": {
+        "id": UUID,
+        "url": STRING,
+        "verify_url": STRING,
+        "output_hash": STRING,
+        "recorded_at": TIMESTAMP,
+        "log_index": {"type": ["integer", "null"]},
+    },
+}
+
+SUMMARY = {
+    "type": "object",
+    "properties": {
+        **INGEST_ANSWER["properties"],  # type: ignore[dict-item]
+        "workflow_id": STRING,
+        "phase": STRING,
+        "subject": {"type": "object"},
+        "outcome": {"type": ["string", "null"]},
+    },
+}
+
+CHECK = {
+    "type": "object",
+    "properties": {
+        "name": STRING,
+        "result": {"enum": ["pass", "fail", "pending"]},
+        "detail": STRING,
+    },
+}
+
+VERIFICATION = {
+    "type": "object",
+    "properties": {
+        "receipt_id": UUID,
+        "receipt_url": STRING,
+        "status": {"enum": ["valid", "invalid", "pending"]},
+        "algorithm": {"const": "sha-256"},
+        "canonicalization": {"const": "RFC 8785"},
+        "output_hash": STRING,
+        "canonical_bytes": {"type": "string", "contentEncoding": "base64"},
+        "byte_length": {"type": "integer"},
+        "checks": {"type": "array", "items": CHECK},
+        "signature": {"type": "object"},
+        "log": {"type": ["object", "null"]},
+        "verified_at": TIMESTAMP,
+    },
+}
+
+LIST_PARAMS = [
+    {"name": name, "in": "query", "required": False, "schema": schema}
+    for name, schema in [
+        ("workflow_id", STRING),
+        ("session_id", STRING),
+        ("subject_name", STRING),
+        ("phase", {"enum": ["start", "end", "completion", "confirmation", "handoff"]}),
+        ("outcome", {"enum": ["succeeded", "failed", "timed_out", "uncertain"]}),
+        ("since", TIMESTAMP),
+        ("until", TIMESTAMP),
+        ("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
+        ("cursor", STRING),
+    ]
+]
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "receiptsite",
+        "version": "receipt/v1",
+        "description": "Execution receipts for AI agents: publish, read and verify.",
+    },
+    "components": {
+        "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Problem": {
+                "type": "object",
+                "required": ["type", "title", "status", "detail"],
+                "properties": {
+                    "type": STRING,
+                    "title": STRING,
+                    "status": {"type": "integer"},
+                    "detail": STRING,
+                    "errors": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"field": STRING, "message": STRING},
+                        },
+                    },
+                },
+            },
+            "ReceiptIn": RECEIPT_IN,
+            "IngestAnswer": INGEST_ANSWER,
+            "Summary": SUMMARY,
+            "Verification": VERIFICATION,
+        },
+    },
+    "paths": {
+        "/api/receipts": {
+            "post": {
+                "summary": "Store one receipt",
+                "operationId": "createReceipt",
+                "security": [{"apiKey": []}],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ReceiptIn")}},
+                },
+                "responses": {
+                    "201": _json("Stored, or replayed (Idempotent-Replayed: true)",
+                                 _ref("IngestAnswer")),
+                    **AUTH_ERRORS,
+                    **BODY_ERRORS,
+                },
+            },
+            "get": {
+                "summary": "List the tenant's receipts, newest first",
+                "operationId": "listReceipts",
+                "security": [{"apiKey": []}],
+                "parameters": LIST_PARAMS,
+                "responses": {
+                    "200": _json(
+                        "A page of summaries",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "receipts": {"type": "array", "items": _ref("Summary")},
+                                "next_cursor": {"type": ["string", "null"]},
+                            },
+                        },
+                    ),
+                    "400": _problem("A query parameter is not valid"),
+                    **AUTH_ERRORS,
+                },
+            },
+        },
+        "/api/receipts/batch": {
+            "post": {
+                "summary": "Store 1 to 500 receipts, each as if posted alone",
+                "operationId": "createReceiptBatch",
+                "security": [{"apiKey": []}],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["receipts"],
+                                "properties": {
+                                    "receipts": {
+                                        "type": "array",
+                                        "minItems": 1,
+                                        "maxItems": 500,
+                                        "items": _ref("ReceiptIn"),
+                                    }
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "200": _json(
+                        "One result per item, in order",
+                        {"type": "object", "properties": {"results": {"type": "array"}}},
+                    ),
+                    **AUTH_ERRORS,
+                    **BODY_ERRORS,
+                },
+            },
+        },
+        "/api/receipts/{receipt_id}": {
+            "get": {
+                "summary": "One of the tenant's receipts, with its document",
+                "operationId": "getReceipt",
+                "security": [{"apiKey": []}],
+                "parameters": [ID_PARAM],
+                "responses": {
+                    "200": _json("The summary and the document", _ref("Summary")),
+                    "404": _problem("No receipt of this tenant has this id"),
+                    **AUTH_ERRORS,
+                },
+            }
+        },
+        "/api/receipt/{receipt_id}/verify": {
+            "get": {
+                "summary": "The verification JSON, every check recomputed now",
+                "operationId": "verifyReceipt",
+                "parameters": [ID_PARAM],
+                "responses": {
+                    "200": _json("The verification", _ref("Verification")),
+                    "404": _problem("No receipt has this id"),
+                },
+            }
+        },
+        "/.well-known/receipt-keys.json": {
+            "get": {
+                "summary": "The site's public signing keys and log verifier keys",
+                "operationId": "getKeys",
+                "responses": {"200": _json("The keys", {"type": "object"})},
+            }
+        },
+        "/api/log/checkpoint": {
+            "get": {
+                "summary": "The latest signed checkpoint (C2SP signed note)",
+                "operationId": "getCheckpoint",
+                "responses": {
+                    "200": {
+                        "description": "The checkpoint",
+                        "content": {"text/plain": {"schema": STRING}},
+                    },
+                    "503": _problem("The site refuses to sign its log"),
+                },
+            }
+        },
+        "/api/log/consistency": {
+            "get": {
+                "summary": "A consistency proof between two tree sizes (RFC 9162 2.1.4)",
+                "operationId": "getConsistency",
+                "parameters": [
+                    {"name": "first", "in": "query", "required": True,
+                     "schema": {"type": "integer", "minimum": 1}},
+                    {"name": "second", "in": "query", "required": True,
+                     "schema": {"type": "integer", "minimum": 1}},
+                ],
+                "responses": {
+                    "200": _json(
+                        "The proof",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "first": {"type": "integer"},
+                                "second": {"type": "integer"},
+                                "proof": {"type": "array", "items": STRING},
+                            },
+                        },
+                    ),
+                    "400": _problem("Sizes out of range"),
+                },
+            }
+        },
+        "/healthz": {
+            "get": {
+                "summary": "Whether the database answers and the log is sound",
+                "operationId": "health",
+                "responses": {
+                    "200": _json("Healthy", {"type": "object"}),
+                    "503": _problem("Unhealthy"),
+                },
+            }
+        },
+        "/api/openapi.json": {
+            "get": {
+                "summary": "This description",
+                "operationId": "openapi",
+                "responses": {"200": _json("OpenAPI 3.1", {"type": "object"})},
+            }
+        },
+    },
+}

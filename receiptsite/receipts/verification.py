@@ -1,0 +1,172 @@
+"""The verification JSON: every check recomputed from the stored bytes on every request.
+
+Nothing here trusts a stored verdict. A row changed behind the site's back (bytes, hash,
+signature or columns) comes out `invalid`, naming the check that failed.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.utils import timezone
+
+from receiptsite.integrity import keys, merkle
+from receiptsite.integrity.canonical import is_canonical, sha256_hex
+from receiptsite.integrity.encoding import b64
+from receiptsite.receipts import log
+from receiptsite.receipts.models import LogEntry, Receipt, SigningKey, format_timestamp
+
+
+class Check(TypedDict):
+    name: str
+    result: str  # pass | fail | pending
+    detail: str
+
+
+def _check(name: str, passed: bool, ok: str, failed: str) -> Check:
+    return {"name": name, "result": "pass" if passed else "fail", "detail": ok if passed else failed}
+
+
+def _record_matches(receipt: Receipt, data: bytes) -> tuple[bool, list[str]]:
+    """Compare the stored columns with the document; return the names that disagree."""
+    try:
+        doc = json.loads(data)
+        subject = doc.get("subject") or {}
+        expected: dict[str, Any] = {
+            "id": doc.get("id"),
+            "tenant": (doc.get("tenant") or {}).get("slug"),
+            "recorded_at": doc.get("recorded_at"),
+            "workflow_id": doc.get("workflow_id"),
+            "phase": doc.get("phase"),
+            "subject.name": subject.get("name"),
+            "outcome": doc.get("outcome"),
+            "idempotency_key": doc.get("idempotency_key"),
+            "output_hash": sha256_hex(data),
+        }
+    except (ValueError, AttributeError, TypeError):
+        return False, ["the document cannot be read"]
+    actual = {
+        "id": receipt.uuid,
+        "tenant": receipt.tenant.slug,
+        "recorded_at": format_timestamp(receipt.recorded_at),
+        "workflow_id": receipt.workflow_id,
+        "phase": receipt.phase,
+        "subject.name": receipt.subject_name,
+        "outcome": receipt.outcome,
+        "idempotency_key": receipt.idempotency_key,
+        "output_hash": receipt.output_hash,
+    }
+    wrong = [name for name in actual if actual[name] != expected[name]]
+    return not wrong, wrong
+
+
+def verify(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
+    """The verification JSON of SPEC.md for `receipt` (fetched with for_verification())."""
+    data = receipt.raw_bytes()
+    signature = bytes(receipt.signature)
+    key: SigningKey = receipt.signing_key
+    checks: list[Check] = []
+
+    checks.append(
+        _check(
+            "canonical_form",
+            is_canonical(data),
+            "The stored bytes are UTF-8 JSON in RFC 8785 form.",
+            "The stored bytes are not UTF-8 JSON in RFC 8785 form: they were altered.",
+        )
+    )
+    digest = sha256_hex(data)
+    checks.append(
+        _check(
+            "hash",
+            digest == receipt.output_hash,
+            "SHA-256 of the stored bytes equals the stored output hash.",
+            "SHA-256 of the stored bytes differs from the stored output hash.",
+        )
+    )
+    matches, wrong = _record_matches(receipt, data)
+    checks.append(
+        _check(
+            "record_matches",
+            matches,
+            "The stored columns agree with the document.",
+            "The stored columns disagree with the document: " + ", ".join(wrong) + ".",
+        )
+    )
+    if key.status == SigningKey.COMPROMISED:
+        checks.append(
+            _check("signature", False, "", "The signing key is marked compromised.")
+        )
+    else:
+        checks.append(
+            _check(
+                "signature",
+                keys.verify(bytes(key.public_key), data, signature),
+                "The Ed25519 signature verifies under a published key.",
+                "The Ed25519 signature does not verify under the published key.",
+            )
+        )
+
+    log_json, log_check = _log_part(receipt, data)
+    checks.append(log_check)
+
+    results = {check["result"] for check in checks}
+    status = "invalid" if "fail" in results else "pending" if "pending" in results else "valid"
+    return {
+        "receipt_id": receipt.uuid,
+        "receipt_url": receipt.url,
+        "status": status,
+        "algorithm": "sha-256",
+        "canonicalization": "RFC 8785",
+        "output_hash": receipt.output_hash,
+        "canonical_bytes": b64(data),
+        "byte_length": len(data),
+        "checks": checks,
+        "signature": {
+            "algorithm": "Ed25519",
+            "key_id": key.kid,
+            "value": b64(signature),
+            "keys_url": f"{settings.SITE_URL}/.well-known/receipt-keys.json",
+        },
+        "log": log_json,
+        "verified_at": format_timestamp(now or timezone.now()),
+    }
+
+
+def _log_part(receipt: Receipt, data: bytes) -> tuple[dict[str, Any] | None, Check]:
+    try:
+        index = receipt.log_entry.index
+    except LogEntry.DoesNotExist:
+        return None, {
+            "name": "log_inclusion",
+            "result": "fail",
+            "detail": "The receipt has no place in the transparency log.",
+        }
+    try:
+        signed = log.signed_head()
+    except log.LogRollback as error:
+        return None, {
+            "name": "log_inclusion",
+            "result": "fail",
+            "detail": f"The site refuses to sign its log: {error}.",
+        }
+    proof = log.inclusion_proof(index, signed.size)
+    included = merkle.verify_inclusion(merkle.leaf_hash(data), index, signed.size, proof, signed.root)
+    check = _check(
+        "log_inclusion",
+        included,
+        f"The inclusion proof verifies against the signed checkpoint of size {signed.size}.",
+        f"The inclusion proof does not verify against the signed checkpoint of size "
+        f"{signed.size}: the stored bytes are not the ones logged.",
+    )
+    return {
+        "origin": signed.origin,
+        "index": index,
+        "tree_size": signed.size,
+        "root_hash": b64(signed.root),
+        "inclusion_proof": [b64(p) for p in proof],
+        "checkpoint": signed.note,
+    }, check

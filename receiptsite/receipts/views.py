@@ -1,0 +1,97 @@
+"""The pages people read: the receipt page, its hand-off text, and the error pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.views.decorators.http import require_GET
+
+from receiptsite.problems import problem
+from receiptsite.receipts.http import (
+    capability,
+    client_address,
+    parse_receipt_id,
+    rate_limited,
+)
+from receiptsite.receipts.models import Receipt
+from receiptsite.receipts.presentation import page_context
+from receiptsite.receipts.verification import verify
+
+
+def _by_address(request: HttpRequest) -> str:
+    return client_address(request)
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "home.html")
+
+
+def _is_auditor(request: HttpRequest) -> bool:
+    return bool(request.user.is_authenticated and request.user.is_staff)
+
+
+def _receipt(receipt_id: str) -> Receipt | None:
+    public_id = parse_receipt_id(receipt_id)
+    if public_id is None:
+        return None
+    return Receipt.objects.for_verification().filter(public_id=public_id).first()
+
+
+@capability
+@require_GET
+@rate_limited("read", _by_address)
+def receipt_page(request: HttpRequest, receipt_id: str) -> HttpResponse:
+    receipt = _receipt(receipt_id)
+    if receipt is None:
+        return render(request, "404.html", status=404)
+    context = page_context(receipt, verify(receipt), show_follow_up=_is_auditor(request))
+    response = render(request, "receipts/receipt.html", context)
+    response["Vary"] = "Accept-Language, HX-Request"
+    return response
+
+
+@capability
+@require_GET
+@rate_limited("read", _by_address)
+def handoff_text(request: HttpRequest, receipt_id: str) -> HttpResponse:
+    receipt = _receipt(receipt_id)
+    if receipt is None:
+        return HttpResponse(
+            "There is no receipt with this id.\n",
+            status=404,
+            content_type="text/plain; charset=utf-8",
+        )
+    context = page_context(receipt, None, show_follow_up=_is_auditor(request))
+    text = render_to_string("receipts/handoff.txt", context)
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
+
+
+def _is_capability_path(path: str) -> bool:
+    return path.startswith(("/run/", "/api/receipt/", "/api/receipts/"))
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    response: HttpResponse
+    if request.path.startswith("/api/") or request.path == "/healthz":
+        response = problem(404, "not-found", "Not found", "There is no such route or receipt.")
+    else:
+        response = render(request, "404.html", status=404)
+    if _is_capability_path(request.path):
+        response["Referrer-Policy"] = "same-origin"
+        response["X-Robots-Tag"] = "noindex"
+        response["Cache-Control"] = "no-store"
+    return response
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if request.path.startswith("/api/") or request.path == "/healthz":
+        return problem(
+            500, "server-error", "Server error", "Something went wrong on our side."
+        )
+    context: dict[str, Any] = {"site_url": settings.SITE_URL}
+    return HttpResponse(render_to_string("500.html", context), status=500)

@@ -1,0 +1,239 @@
+"""Settings for receiptsite, read from the environment (see README, "Configuration").
+
+One file for every environment. Defaults are safe for production: DEBUG is off, and with DEBUG
+off the site refuses to start without a SECRET_KEY and a SIGNING_KEY_FILE.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
+
+
+def envbool(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
+
+
+def envint(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}") from None
+
+
+def envlist(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name, "")
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    return items or default
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    """Turn DATABASE_URL into Django's DATABASES entry (sqlite:///path or postgres://...)."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        # As dj-database-url reads it: sqlite:///relative.db, sqlite:////absolute/path.db
+        path = unquote(url[len("sqlite:///") :])
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": path or str(VAR_DIR / "receiptsite.sqlite3"),
+            "OPTIONS": {
+                # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy
+                # timeout instead of failing with "database is locked" on lock upgrade.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
+            },
+        }
+    if parts.scheme in ("postgres", "postgresql"):
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parts.path.lstrip("/")),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": {"connect_timeout": DATABASE_TIMEOUT},
+            "TEST": {"NAME": os.environ.get("TEST_DATABASE_NAME") or None},
+        }
+    raise ImproperlyConfigured("DATABASE_URL must start with sqlite:// or postgres://")
+
+
+DEBUG = envbool("DEBUG", False)
+
+SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+_site = urlsplit(SITE_URL)
+if _site.scheme not in ("http", "https") or not _site.hostname:
+    raise ImproperlyConfigured("SITE_URL must be an absolute http(s) URL")
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", [_site.hostname])
+LOG_ORIGIN = os.environ.get("LOG_ORIGIN", "") or f"{_site.netloc.rsplit('@', 1)[-1]}/receipts"
+LOG_STATE_FILE = Path(os.environ.get("LOG_STATE_FILE", VAR_DIR / "log-state.json"))
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+SIGNING_KEY_FILE = os.environ.get("SIGNING_KEY_FILE", "")
+if not DEBUG:
+    missing = [name for name in ("SECRET_KEY", "SIGNING_KEY_FILE") if not os.environ.get(name)]
+    if missing:
+        raise ImproperlyConfigured(
+            f"{' and '.join(missing)} must be set when DEBUG is off "
+            "(for a local try-out, `python manage.py quickstart` sets them up)"
+        )
+elif not SECRET_KEY:
+    SECRET_KEY = "insecure-development-only-key"  # DEBUG only; never reaches production
+
+DATABASE_TIMEOUT = envint("DATABASE_TIMEOUT", 5)
+if not os.environ.get("DATABASE_URL"):
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+DATABASES = {
+    "default": database_from_url(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'receiptsite.sqlite3'}"
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "receiptsite.receipts",
+]
+
+MIDDLEWARE = [
+    "receiptsite.middleware.RequestIDMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "receiptsite.middleware.DatabaseUnavailableMiddleware",
+]
+
+ROOT_URLCONF = "receiptsite.urls"
+WSGI_APPLICATION = "receiptsite.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.csp",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+USE_I18N = True
+TIME_ZONE = "UTC"
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+# Security headers. The CSP allows nothing from other origins and no inline script or style.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF],
+    "connect-src": [CSP.SELF],
+    "font-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if os.environ.get("TRUSTED_PROXIES") else None
+)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _site.scheme == "https"
+SESSION_COOKIE_HTTPONLY = True
+CSRF_TRUSTED_ORIGINS = [f"{_site.scheme}://{_site.netloc}"]
+
+# Ingest limits (bytes, code points). A batch body may be larger than one receipt, so Django's
+# own limit is the batch limit and the single-receipt route checks its own.
+RECEIPT_MAX_BYTES = envint("RECEIPT_MAX_BYTES", 256 * 1024)
+BATCH_MAX_BYTES = envint("BATCH_MAX_BYTES", 5 * 1024 * 1024)
+BATCH_MAX_ITEMS = 500
+TEXT_LIMIT = envint("TEXT_LIMIT", 4000)
+DATA_UPLOAD_MAX_MEMORY_SIZE = BATCH_MAX_BYTES
+
+# RATE_LIMITS: "off", "on" (the defaults), or "ingest=BURST/PER_SECOND,read=BURST/PER_SECOND".
+RATE_LIMITS = os.environ.get("RATE_LIMITS", "on").strip()
+TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"capability_urls": {"()": "receiptsite.logging.MaskCapabilityURLs"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["capability_urls"],
+            "formatter": "plain",
+        }
+    },
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        # Django's own loggers propagate to root; their handlers are replaced so that every
+        # line passes the mask.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
+}

@@ -1,0 +1,198 @@
+// The receipt page: local time, copy buttons, and "Verify in this browser".
+// No library: Web Crypto recomputes the hash, the Ed25519 signatures and the Merkle proof.
+// Where the browser cannot check (no Web Crypto outside a secure context, no Ed25519), the page
+// says "could not check here", never "failed".
+"use strict";
+
+(function () {
+  document.documentElement.classList.add("js");
+
+  // --- the reader's local time, beside the UTC one -----------------------------------------
+  document.querySelectorAll("time[data-local-time]").forEach(function (el) {
+    var when = new Date(el.getAttribute("datetime"));
+    if (isNaN(when)) return;
+    var local = document.createElement("span");
+    local.className = "fine";
+    local.textContent = " (" + when.toLocaleString() + " " + (el.dataset.localLabel || "your time") + ")";
+    el.after(local);
+  });
+
+  // --- copy buttons --------------------------------------------------------------------------
+  document.querySelectorAll("button[data-copy]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var source = document.getElementById(button.dataset.copy);
+      var text = source ? source.textContent : "";
+      var done = function (ok) {
+        var label = button.dataset.label || button.textContent;
+        button.dataset.label = label;
+        button.textContent = ok ? "Copied" : "Select the text and copy it";
+        setTimeout(function () { button.textContent = label; }, 2500);
+      };
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(text).then(function () { done(true); }, function () { done(false); });
+      } else {
+        var range = document.createRange();
+        range.selectNodeContents(source);
+        var selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+        var ok = false;
+        try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
+        done(ok);
+      }
+    });
+  });
+
+  // Printing shows the technical details too.
+  window.addEventListener("beforeprint", function () {
+    document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+  });
+
+  // --- verify in this browser ----------------------------------------------------------------
+  var panel = document.getElementById("browser-check");
+  var button = document.getElementById("verify-button");
+  if (!panel || !button) return;
+  var list = document.getElementById("browser-results");
+
+  function b64decode(text) {
+    var bin = atob(text);
+    var out = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+  function b64urlDecode(text) {
+    var s = text.replace(/-/g, "+").replace(/_/g, "/");
+    while (s.length % 4) s += "=";
+    return b64decode(s);
+  }
+  function hex(bytes) {
+    return Array.from(bytes, function (b) { return b.toString(16).padStart(2, "0"); }).join("");
+  }
+  function concat() {
+    var total = 0, parts = Array.from(arguments);
+    parts.forEach(function (p) { total += p.length; });
+    var out = new Uint8Array(total), at = 0;
+    parts.forEach(function (p) { out.set(p, at); at += p.length; });
+    return out;
+  }
+  function equal(a, b) {
+    if (a.length !== b.length) return false;
+    for (var i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+    return true;
+  }
+  async function sha256(bytes) {
+    return new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  }
+  async function ed25519Verify(publicRaw, signature, data) {
+    var key = await crypto.subtle.importKey("raw", publicRaw, { name: "Ed25519" }, false, ["verify"]);
+    return crypto.subtle.verify({ name: "Ed25519" }, key, signature, data);
+  }
+
+  // RFC 9162 section 2.1.3.2
+  async function verifyInclusion(leaf, index, size, proof, root) {
+    if (index >= size) return false;
+    var fn = index, sn = size - 1, r = await sha256(concat(new Uint8Array([0]), leaf));
+    for (var i = 0; i < proof.length; i++) {
+      var p = proof[i];
+      if (sn === 0) return false;
+      if (fn % 2 === 1 || fn === sn) {
+        r = await sha256(concat(new Uint8Array([1]), p, r));
+        if (fn % 2 === 0) {
+          while (fn % 2 === 0 && fn !== 0) { fn = Math.floor(fn / 2); sn = Math.floor(sn / 2); }
+        }
+      } else {
+        r = await sha256(concat(new Uint8Array([1]), r, p));
+      }
+      fn = Math.floor(fn / 2); sn = Math.floor(sn / 2);
+    }
+    return sn === 0 && equal(r, root);
+  }
+
+  // C2SP signed note: verify at least one signature line from a published verifier key.
+  async function verifyNote(noteText, verifierKeys) {
+    var split = noteText.indexOf("\n\n");
+    if (split < 0) return { ok: false, body: "" };
+    var body = noteText.slice(0, split + 1);
+    var lines = noteText.slice(split + 2).split("\n").filter(Boolean);
+    var encoder = new TextEncoder();
+    for (var v = 0; v < verifierKeys.length; v++) {
+      var parts = verifierKeys[v].split("+");
+      var name = parts[0], keyId = parts[1], raw = b64decode(parts[2]).slice(1);
+      for (var l = 0; l < lines.length; l++) {
+        var m = /^\u2014 (\S+) (\S+)$/.exec(lines[l]);
+        if (!m || m[1] !== name) continue;
+        var sig = b64decode(m[2]);
+        if (hex(sig.slice(0, 4)) !== keyId) continue;
+        if (await ed25519Verify(raw, sig.slice(4), encoder.encode(body))) return { ok: true, body: body };
+      }
+    }
+    return { ok: false, body: body };
+  }
+
+  function show(name, result, detail) {
+    var item = document.createElement("li");
+    item.className = "check-" + result;
+    var label = document.createElement("span");
+    label.className = "result";
+    label.textContent = result === "pass" ? "pass" : result === "fail" ? "FAIL" : "could not check here";
+    var strong = document.createElement("strong");
+    strong.textContent = name;
+    item.append(label, " ", strong, ": " + detail);
+    list.append(item);
+  }
+
+  async function run() {
+    list.textContent = "";
+    button.disabled = true;
+    try {
+      if (!window.crypto || !crypto.subtle) {
+        show("all checks", "unchecked", "This browser offers no Web Crypto here (it needs a secure https connection). Use the commands below instead.");
+        return;
+      }
+      var answer = await (await fetch(panel.dataset.verifyUrl, { credentials: "omit" })).json();
+      var keys = await (await fetch(panel.dataset.keysUrl, { credentials: "omit" })).json();
+      var bytes = b64decode(answer.canonical_bytes);
+      var digest = hex(await sha256(bytes));
+      show("hash", digest === answer.output_hash ? "pass" : "fail",
+        digest === answer.output_hash ? "SHA-256 of the bytes is " + digest + "." : "SHA-256 of the bytes is " + digest + ", not the " + answer.output_hash + " the site states.");
+
+      var key = keys.keys.find(function (k) { return k.kid === answer.signature.key_id; });
+      var ed25519 = true;
+      try {
+        if (!key) {
+          show("signature", "fail", "The signing key " + answer.signature.key_id + " is not published.");
+        } else if (key.status === "compromised") {
+          show("signature", "fail", "The signing key is marked compromised.");
+        } else {
+          var ok = await ed25519Verify(b64urlDecode(key.x), b64decode(answer.signature.value), bytes);
+          show("signature", ok ? "pass" : "fail", ok ? "The Ed25519 signature verifies under the published key." : "The Ed25519 signature does not verify.");
+        }
+      } catch (e) {
+        ed25519 = false;
+        show("signature", "unchecked", "This browser cannot check Ed25519 signatures. Use the commands below instead.");
+      }
+
+      if (!answer.log) {
+        show("log inclusion", "fail", "The site gave no log proof for this receipt.");
+        return;
+      }
+      var log = answer.log;
+      var root = b64decode(log.root_hash);
+      var included = await verifyInclusion(bytes, log.index, log.tree_size, log.inclusion_proof.map(b64decode), root);
+      show("log inclusion", included ? "pass" : "fail", included ? "Leaf " + log.index + " is in the tree of " + log.tree_size + " receipts." : "The inclusion proof does not lead to the signed root.");
+      if (!ed25519) {
+        show("checkpoint signature", "unchecked", "This browser cannot check Ed25519 signatures.");
+        return;
+      }
+      var checked = await verifyNote(log.checkpoint, keys.log.verifier_keys);
+      var expected = log.origin + "\n" + log.tree_size + "\n" + log.root_hash + "\n";
+      var good = checked.ok && checked.body === expected;
+      show("checkpoint signature", good ? "pass" : "fail", good ? "The checkpoint of size " + log.tree_size + " is signed by a published key." : "The checkpoint's signature or content does not match.");
+    } catch (error) {
+      show("all checks", "unchecked", "The check could not run here (" + error.message + "). Use the commands below instead.");
+    } finally {
+      button.disabled = false;
+    }
+  }
+  button.addEventListener("click", run);
+})();

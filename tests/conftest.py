@@ -1,0 +1,137 @@
+"""Small fixtures shared by the suite. Tests run against a real database: SQLite by default,
+PostgreSQL when DATABASE_URL says so (.ci/run runs both)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from receiptsite.receipts import signing
+from receiptsite.receipts.models import ApiKey, Receipt, Tenant
+
+# The request body of EXAMPLES.md section 1.
+EXAMPLE_BODY: dict[str, Any] = {
+    "workflow_id": "wf-7f3a",
+    "step_id": "audit-site",
+    "attempt": {
+        "number": 2,
+        "prior_attempt_id": "wf-7f3a/audit-site/1",
+        "retry_reason": "timeout",
+    },
+    "phase": "end",
+    "subject": {"type": "tool", "name": "website_audit"},
+    "framework": {"name": "langchain", "run_id": "9b1d6c2e", "parent_run_id": "44aa01f3"},
+    "outcome": "succeeded",
+    "started_at": "2026-11-30T14:30:00Z",
+    "ended_at": "2026-11-30T14:31:07Z",
+    "duration_ms": 67000,
+    "input_summary": '{"url": "https://example.org"}',
+    "result": "12 findings",
+    "observed": ["The audit tool returned 12 findings."],
+    "not_observed": ["Whether the findings were sent to the client."],
+    "idempotency_key": "wf-7f3a/audit-site/end/2",
+    "metadata": {"ticket": "OPS-118"},
+}
+
+
+def example_body(**changes: Any) -> dict[str, Any]:
+    """The example body with top-level fields changed; a value of None removes the field."""
+    body = copy.deepcopy(EXAMPLE_BODY)
+    for key, value in changes.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+    return body
+
+
+@pytest.fixture(autouse=True)
+def isolated_log_state(settings: Any, tmp_path: Any) -> Iterator[None]:
+    """Each test's database starts with an empty log, so the remembered largest signed tree
+    (LOG_STATE_FILE) must start empty too; and the cached signing-key row must be forgotten
+    when the database rolls back."""
+    settings.LOG_STATE_FILE = tmp_path / "log-state.json"
+    signing.forget()
+    yield
+    signing.forget()
+
+
+@pytest.fixture
+def tenant(db: None) -> Tenant:
+    return Tenant.objects.create(slug="acme", name="Acme Corp")
+
+
+@pytest.fixture
+def other_tenant(db: None) -> Tenant:
+    return Tenant.objects.create(slug="globex", name="Globex")
+
+
+@pytest.fixture
+def api_key(tenant: Tenant) -> str:
+    return ApiKey.issue(tenant)[1]
+
+
+@pytest.fixture
+def other_key(other_tenant: Tenant) -> str:
+    return ApiKey.issue(other_tenant)[1]
+
+
+class Producer:
+    """A test client that speaks the API as a producer does."""
+
+    def __init__(self, client: Client, key: str) -> None:
+        self.client, self.key = client, key
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}", **extra}
+
+    def post(self, body: Any, path: str = "/api/receipts", **extra: str) -> Any:
+        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        return self.client.post(
+            path, data=data, content_type="application/json", headers=self.headers(**extra)
+        )
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.client.get(path, params, headers=self.headers())
+
+    def publish(self, **changes: Any) -> dict[str, Any]:
+        response = self.post(example_body(**changes))
+        assert response.status_code == 201, response.content
+        answer: dict[str, Any] = response.json()
+        return answer
+
+
+@pytest.fixture
+def producer(client: Client, api_key: str) -> Producer:
+    return Producer(client, api_key)
+
+
+@pytest.fixture
+def other_producer(other_key: str) -> Producer:
+    return Producer(Client(), other_key)
+
+
+def lift_guard(table: str) -> None:
+    """The one documented maintenance path around the append-only triggers, for tests only:
+    drop the table's triggers inside the test's transaction (rolled back after the test)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"DROP TRIGGER {table}_append_only ON {table}")
+        else:
+            cursor.execute(f"DROP TRIGGER {table}_no_update")
+
+
+def tamper(receipt_id: str, **columns: Any) -> None:
+    """Change a stored receipt behind the site's back."""
+    lift_guard("receipts_receipt")
+    Receipt.objects.filter(public_id=receipt_id).update(**columns)
+
+
+def count_receipts() -> int:
+    return Receipt.objects.count()

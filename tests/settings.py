@@ -1,0 +1,30 @@
+"""Settings for the test suite: the site's own settings with test-only secrets.
+
+DATABASE_URL chooses the database, as in production (.ci/run runs the suite on both).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+_dir = Path(tempfile.mkdtemp(prefix="receiptsite-test-"))
+_key = _dir / "signing-key.pem"
+if not os.environ.get("SIGNING_KEY_FILE"):
+    from receiptsite.integrity.keys import generate_private_key_pem
+
+    _key.write_bytes(generate_private_key_pem())
+    os.environ["SIGNING_KEY_FILE"] = str(_key)
+os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production")
+os.environ.setdefault("RATE_LIMITS", "off")
+os.environ.setdefault("SITE_URL", "https://receipts.example.org")
+os.environ.setdefault("ALLOWED_HOSTS", "receipts.example.org,testserver,127.0.0.1,localhost")
+os.environ.setdefault("LOG_STATE_FILE", str(_dir / "log-state.json"))
+
+from receiptsite.settings import *  # noqa: E402,F403
+
+STORAGES["staticfiles"] = {  # noqa: F405
+    "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
