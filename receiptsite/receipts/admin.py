@@ -55,9 +55,8 @@ class SigningKeyAdmin(ReadOnlyAdmin):
 class DecisionInline(admin.TabularInline):
     model = ReviewDecision
     extra = 0
-    fields = ["reviewed_at", "reviewer", "conclusion", "exception_note", "follow_up",
-              "output_hash", "supersedes"]
-    readonly_fields = fields
+    fields = readonly_fields = ("reviewed_at", "reviewer", "conclusion", "exception_note",
+                                "follow_up", "output_hash", "supersedes")
     can_delete = False
     show_change_link = True
 
@@ -89,10 +88,9 @@ class ReceiptAdmin(ReadOnlyAdmin):
                      "session_id"]
     date_hierarchy = "recorded_at"
     list_select_related = ["tenant"]
-    fields = ["plain_summary", "public_link", "public_id", "tenant", "recorded_at",
-              "workflow_id", "phase", "subject_name", "outcome", "idempotency_key",
-              "output_hash"]
-    readonly_fields = fields
+    fields = readonly_fields = ("plain_summary", "public_link", "public_id", "tenant",
+                                "recorded_at", "workflow_id", "phase", "subject_name",
+                                "outcome", "idempotency_key", "output_hash")
     inlines = [DecisionInline]
 
     @admin.display(description="Summary")
@@ -116,17 +114,16 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
     list_display = ["receipt", "conclusion", "reviewer", "reviewed_at", "supersedes"]
     list_filter = ["conclusion", "reviewed_at"]
     search_fields = ["=receipt__public_id", "receipt__workflow_id", "follow_up"]
-    autocomplete_fields: list[str] = []
     raw_id_fields = ["receipt", "supersedes"]
     list_select_related = ["receipt", "reviewer"]
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
             return ["receipt", "conclusion", "exception_note", "follow_up", "supersedes"]
         return ["receipt", "reviewer", "reviewed_at", "conclusion", "exception_note",
                 "follow_up", "output_hash", "supersedes"]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.get_fields(request, obj) if obj is not None else []
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -136,7 +133,9 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def save_model(self, request: HttpRequest, obj: ReviewDecision, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: ReviewDecision, form: Any, change: bool
+    ) -> None:
         if change:
             raise PermissionError("review decisions are append-only")
         saved = decision_record(

@@ -201,6 +201,15 @@ def _bad_parameter(name: str, message: str) -> JsonResponse:
     )
 
 
+def _whole_number(text: str) -> int | None:
+    """A query parameter of ASCII digits as an int, else None. str.isdigit() alone also takes
+    "²" and "٣" (int() then fails or reads a non-ASCII digit), and int() refuses over 4,300
+    digits: either was a 500."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 20:
+        return None
+    return int(text)
+
+
 CURSOR_SALT = "receiptsite.receipts.cursor"
 
 
@@ -222,13 +231,14 @@ def _list(request: HttpRequest) -> HttpResponse:
     for name, lookup in (("since", "recorded_at__gte"), ("until", "recorded_at__lt")):
         if params.get(name):
             try:
-                query = query.filter(**{lookup: parse_rfc3339(params[name])})
+                # An unencoded "+" in a query string arrives as a space: take it back.
+                when = parse_rfc3339(params[name].replace(" ", "+"))
+                query = query.filter(**{lookup: when})
             except ValueError:
                 return _bad_parameter(name, "must be an RFC 3339 date-time with an offset")
-    limit_text = params.get("limit") or "50"
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= 200:
+    limit = _whole_number(params.get("limit") or "50")
+    if limit is None or not 1 <= limit <= 200:
         return _bad_parameter("limit", "must be a whole number from 1 to 200")
-    limit = int(limit_text)
     if params.get("cursor"):
         try:
             after = int(django_signing.loads(params["cursor"], salt=CURSOR_SALT))
@@ -349,10 +359,10 @@ def consistency(request: HttpRequest) -> HttpResponse:
         return _log_refused(error)
     values = {}
     for name in ("first", "second"):
-        text = request.GET.get(name, "")
-        if not text.isdigit():
+        number = _whole_number(request.GET.get(name, ""))
+        if number is None:
             return _bad_parameter(name, "must be a whole number")
-        values[name] = int(text)
+        values[name] = number
     first, second = values["first"], values["second"]
     if not 1 <= first <= second <= signed.size:
         return _bad_parameter(

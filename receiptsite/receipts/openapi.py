@@ -84,7 +84,11 @@ RECEIPT_IN: dict[str, Any] = {
         "duration_ms": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
         "input_summary": TEXT_FIELD,
         "result": TEXT_FIELD,
-        "observed": {"type": "array", "maxItems": 20, "items": {"type": "string", "maxLength": 500}},
+        "observed": {
+            "type": "array",
+            "maxItems": 20,
+            "items": {"type": "string", "maxLength": 500},
+        },
         "not_observed": {
             "type": "array",
             "maxItems": 20,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -175,7 +175,7 @@ def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
 def decision_record(
     *,
     receipt: Receipt,
-    reviewer: AbstractBaseUser,
+    reviewer: User,
     conclusion: str,
     exception_note: str = "",
     follow_up: str = "",

@@ -27,7 +27,9 @@ class Check(TypedDict):
 
 
 def _check(name: str, passed: bool, ok: str, failed: str) -> Check:
-    return {"name": name, "result": "pass" if passed else "fail", "detail": ok if passed else failed}
+    if passed:
+        return {"name": name, "result": "pass", "detail": ok}
+    return {"name": name, "result": "fail", "detail": failed}
 
 
 def _record_matches(receipt: Receipt, data: bytes) -> tuple[bool, list[str]]:
@@ -154,7 +156,8 @@ def _log_part(receipt: Receipt, data: bytes) -> tuple[dict[str, Any] | None, Che
             "detail": f"The site refuses to sign its log: {error}.",
         }
     proof = log.inclusion_proof(index, signed.size)
-    included = merkle.verify_inclusion(merkle.leaf_hash(data), index, signed.size, proof, signed.root)
+    leaf = merkle.leaf_hash(data)
+    included = merkle.verify_inclusion(leaf, index, signed.size, proof, signed.root)
     check = _check(
         "log_inclusion",
         included,

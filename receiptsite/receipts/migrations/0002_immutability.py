@@ -50,7 +50,7 @@ def postgres_triggers(table: str) -> list[str]:
 def install(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
-        schema_editor.execute(POSTGRES_FUNCTION)
+        schema_editor.execute(POSTGRES_FUNCTION, params=None)
         statements = [s for t in APPEND_ONLY_TABLES for s in postgres_triggers(t)]
     elif vendor == "sqlite":
         statements = [s for t in APPEND_ONLY_TABLES for s in sqlite_triggers(t)]

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_slug
-from django.core.exceptions import ValidationError
 
 from receiptsite.receipts.models import Tenant
 

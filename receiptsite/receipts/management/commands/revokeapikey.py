@@ -19,7 +19,8 @@ class Command(BaseCommand):
         if key is None:
             raise CommandError(f"no API key has the prefix {prefix!r}")
         if key.revoked_at is not None:
-            self.stdout.write(f"{key.prefix} was already revoked at {key.revoked_at:%Y-%m-%d %H:%M}.")
+            when = f"{key.revoked_at:%Y-%m-%d %H:%M}"
+            self.stdout.write(f"{key.prefix} was already revoked at {when}.")
             return
         key.revoked_at = timezone.now()
         key.save(update_fields=["revoked_at"])

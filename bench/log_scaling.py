@@ -1,0 +1,632 @@
+#!/usr/bin/env python
+"""How the transparency log scales: time per append, inclusion proof and consistency proof at
+10^3, 10^4, 10^5 and 10^6 leaves, with the ratio to the smallest size measured in the same run.
+
+Run from the repository root:
+
+    .venv/bin/python bench/log_scaling.py                       # SQLite temp file
+    .venv/bin/python bench/log_scaling.py --database-url postgres://postgres@127.0.0.1:5432/bench_log
+    .venv/bin/python bench/log_scaling.py --sizes 1000,10000 --appends 100
+
+Two layers are measured.
+
+(a) The pure scheme: receiptsite.integrity.merkle.MemoryTree (a dict for the node table).
+    The tree is filled up to each size in bulk (not timed), then `--memory-ops` calls each of
+    MemoryTree.append(data), merkle.inclusion_proof(i, size, tree.get) and
+    merkle.consistency_proof(m, size, tree.get) are timed one by one, i and m uniformly random.
+
+(b) The stored log: the real receiptsite.receipts.log.append(), inclusion_proof() and
+    consistency_proof() against a real database (its own SQLite temp file, or its own
+    PostgreSQL database created and dropped by the script).
+
+    Filling. Appending 10^6 leaves through the ORM one at a time would take far too long, so
+    the first N leaves are written in bulk (COPY on PostgreSQL, executemany on SQLite), in the
+    same shape log.append() writes them: one minimal Receipt row per leaf (its canonical bytes
+    are a small RFC 8785 document `{"id","schema","workflow_id"}`, its signature is 64 zero
+    bytes: these filler receipts are never verified), one LogEntry row (index -> receipt), every
+    complete-subtree LogNode row (key = level<<56 | index), and one Checkpoint row per tree
+    size with the correct root. The hashes are computed by an independent incremental builder
+    in this script (not by the site's code), cross-checked against the site's
+    merkle.root_from_leaves at the smallest size and against MemoryTree. So at size N every
+    append-only table holds exactly the rows a site that had stored N receipts would hold, and
+    the indexes have their real depth.
+
+    Appends. `--appends` K (after 10 untimed warm-up appends) real appends, each exactly as
+    services.receipt_ingest does it: transaction.atomic(), log.lock_for_append(), one
+    Receipt.objects.create() of a new receipt (signed with the site's key), log.append(receipt,
+    canonical_bytes), commit. Two times are reported per append:
+      - "log.append()": the call alone (head read, frontier read, LogEntry + LogNode +
+        Checkpoint inserts), inside the open transaction;
+      - "transaction": lock + Receipt insert + log.append() + COMMIT (on SQLite the commit is an
+        fsync: synchronous=FULL, WAL, as the site configures it).
+    The document building, canonicalisation and signing of services.receipt_ingest are not
+    part of either time (they do not depend on the log's size).
+
+    Proofs. `--proofs` P calls each (after 10 untimed warm-ups) of log.inclusion_proof(i, size)
+    and log.consistency_proof(m, size) at the current tree size, i and m uniformly random, in
+    autocommit, as the verify view calls them. Every proof is compared with the proof computed
+    from the independent builder and checked with merkle.verify_inclusion/verify_consistency.
+
+Queries per operation are counted with django.test.utils.CaptureQueriesContext on the warm-up
+operations (counting adds overhead, so the timed ones run without it). "nodes" is the number
+of stored complete-subtree hashes the operation reads (merkle.nodes_for_append /
+inclusion_proof_nodes / consistency_proof_nodes: the keys of its one IN query).
+
+Ratios are to the smallest size (10^3 by default), measured in the same run; log2(n) is
+printed alongside as the shape logarithmic growth would have (log2 10^6 / log2 10^3 = 2).
+Times are medians (means alongside); a handful of fsync or page-cache outliers move a mean a
+lot at these op counts. The script exits 1 if any root, index or proof is wrong; it has no
+timing thresholds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import math
+import random
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+from _common import mean, median, percentile  # noqa: E402
+
+WARMUP = 10
+FILL_CHUNK = 20_000
+_sha256 = hashlib.sha256
+
+
+class Wrong(Exception):
+    """A result (root, index, proof) is wrong: the script exits 1."""
+
+
+def fail(message: str) -> None:
+    raise Wrong(message)
+
+
+# --- an independent tree builder -------------------------------------------------------------
+
+
+class Builder:
+    """RFC 9162 tree built incrementally, independent of receiptsite.integrity.merkle:
+    levels[l][i] is the hash of the complete subtree (l, i); `stack` is the frontier (the
+    complete subtrees the current size decomposes into, left to right)."""
+
+    def __init__(self) -> None:
+        self.levels: list[list[bytes]] = [[]]
+        self.stack: list[bytes] = []
+
+    @property
+    def size(self) -> int:
+        return len(self.levels[0])
+
+    def add(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
+        """Add a leaf hash; return the complete subtrees (level, index, hash) it completes."""
+        levels, stack = self.levels, self.stack
+        level = 0
+        new = [(0, len(levels[0]), leaf)]
+        levels[0].append(leaf)
+        stack.append(leaf)
+        while not len(levels[level]) & 1:  # the node just added is a right child
+            right = stack.pop()
+            parent = _sha256(b"\x01" + stack.pop() + right).digest()
+            stack.append(parent)
+            level += 1
+            if len(levels) == level:
+                levels.append([])
+            new.append((level, len(levels[level]), parent))
+            levels[level].append(parent)
+        return new
+
+    def root(self) -> bytes:
+        stack = self.stack
+        if not stack:
+            return _sha256(b"").digest()
+        acc = stack[-1]
+        for node in reversed(stack[:-1]):
+            acc = _sha256(b"\x01" + node + acc).digest()
+        return acc
+
+    def root_at(self, size: int) -> bytes:
+        if size == 0:
+            return _sha256(b"").digest()
+        parts, start = [], 0
+        for level in range(size.bit_length() - 1, -1, -1):
+            if size >> level & 1:
+                parts.append(self.levels[level][start >> level])
+                start += 1 << level
+        acc = parts[-1]
+        for node in reversed(parts[:-1]):
+            acc = _sha256(b"\x01" + node + acc).digest()
+        return acc
+
+    def get(self, level: int, index: int) -> bytes:
+        return self.levels[level][index]
+
+
+def leaf_of(data: bytes) -> bytes:
+    return _sha256(b"\x00" + data).digest()
+
+
+# --- measurements ----------------------------------------------------------------------------
+
+
+@dataclass
+class Op:
+    times: list[float] = field(default_factory=list)  # seconds
+    nodes: list[int] = field(default_factory=list)
+    queries: list[int] = field(default_factory=list)
+
+    @property
+    def p50(self) -> float:
+        return median(self.times)
+
+
+@dataclass
+class Row:
+    size: int  # the size the layer was filled to
+    measured_at: str  # the tree sizes the ops ran at
+    ops: dict[str, Op]
+    fill_seconds: float = 0.0
+    extra: str = ""
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f}"
+
+
+def timed(call: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    value = call()
+    return time.perf_counter() - start, value
+
+
+def print_layer(title: str, rows: list[Row], names: list[tuple[str, str]]) -> None:
+    base = rows[0]
+    print()
+    print(title)
+    header = f"{'leaves':>11} {'log2 n':>7} "
+    for _, label in names:
+        header += f"| {label:^38} "
+    print(header)
+    sub = f"{'':>11} {'(ratio)':>7} "
+    for _ in names:
+        sub += f"| {'p50 us':>9} {'mean us':>9} {'ratio':>6} {'nodes':>5} {'q':>3} "
+    print(sub)
+    for row in rows:
+        line = f"{row.size:>11,} {math.log2(row.size) / math.log2(base.size):>7.2f} "
+        for key, _ in names:
+            op = row.ops[key]
+            queries = f"{mean(op.queries):.0f}" if op.queries else "-"
+            line += (
+                f"| {us(op.p50):>9} {us(mean(op.times)):>9} "
+                f"{_common.ratio(op.p50, base.ops[key].p50):>6} "
+                f"{mean(op.nodes):>5.1f} {queries:>3} "
+            )
+        print(line)
+
+
+# --- (a) the pure scheme ---------------------------------------------------------------------
+
+
+def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
+    from receiptsite.integrity import merkle
+
+    tree = merkle.MemoryTree()
+    builder = Builder()
+    rows: list[Row] = []
+    counter = 0
+    print(f"\n(a) pure scheme: merkle.MemoryTree, {ops} timed calls of each operation per size")
+    for size in sizes:
+        start = time.perf_counter()
+        while builder.size < size:
+            data = b"memory leaf %d" % counter
+            counter += 1
+            for level, index, digest in builder.add(leaf_of(data)):
+                tree.nodes[(level, index)] = digest
+        tree.size = builder.size
+        fill = time.perf_counter() - start
+        if tree.root() != builder.root():
+            fail(f"MemoryTree root differs from the builder's at size {tree.size}")
+        if size <= 4096 and merkle.root_from_leaves(builder.levels[0]) != builder.root():
+            fail(f"the builder disagrees with merkle.root_from_leaves at size {size}")
+
+        append, inclusion, consistency = Op(), Op(), Op()
+        first_size = tree.size
+        for _ in range(ops):
+            data = b"memory leaf %d" % counter
+            counter += 1
+            append.nodes.append(len(merkle.nodes_for_append(tree.size)))
+            seconds, index = timed(lambda d=data: tree.append(d))  # type: ignore[misc]
+            append.times.append(seconds)
+            if index != builder.size:
+                fail(f"MemoryTree.append returned {index}, expected {builder.size}")
+            for level, i, digest in builder.add(leaf_of(data)):
+                if tree.nodes.get((level, i)) != digest:
+                    fail(f"MemoryTree stored a wrong node ({level}, {i}) at size {builder.size}")
+        n = tree.size
+        root = builder.root()
+        if tree.root() != root:
+            fail(f"MemoryTree root differs from the builder's at size {n}")
+        for _ in range(ops):
+            i = rng.randrange(n)
+            inclusion.nodes.append(len(merkle.inclusion_proof_nodes(i, n)))
+            seconds, proof = timed(lambda i=i: merkle.inclusion_proof(i, n, tree.get))  # type: ignore[misc]
+            inclusion.times.append(seconds)
+            if not merkle.verify_inclusion(builder.levels[0][i], i, n, proof, root):  # type: ignore[arg-type]
+                fail(f"inclusion proof for {i} in {n} does not verify")
+        for _ in range(ops):
+            m = rng.randint(1, n - 1)
+            consistency.nodes.append(len(merkle.consistency_proof_nodes(m, n)))
+            seconds, proof = timed(lambda m=m: merkle.consistency_proof(m, n, tree.get))  # type: ignore[misc]
+            consistency.times.append(seconds)
+            if not merkle.verify_consistency(m, n, proof, builder.root_at(m), root):  # type: ignore[arg-type]
+                fail(f"consistency proof {m} -> {n} does not verify")
+        row = Row(
+            size=size,
+            measured_at=f"{first_size:,}..{n:,}",
+            ops={"append": append, "inclusion": inclusion, "consistency": consistency},
+            fill_seconds=fill,
+        )
+        rows.append(row)
+        print(
+            f"  {size:>9,} leaves: filled in {fill:5.1f} s; append p50 {us(append.p50)} us, "
+            f"inclusion p50 {us(inclusion.p50)} us, consistency p50 {us(consistency.p50)} us"
+        )
+    print_layer(
+        "(a) pure scheme, per call (ratio = p50 / p50 at the smallest size; nodes = stored "
+        "hashes read)",
+        rows,
+        [
+            ("append", "MemoryTree.append"),
+            ("inclusion", "merkle.inclusion_proof"),
+            ("consistency", "merkle.consistency_proof"),
+        ],
+    )
+    return rows
+
+
+# --- (b) the stored log ----------------------------------------------------------------------
+
+
+class Store:
+    """Bulk writes of the log's rows, in the shape log.append() writes them."""
+
+    def __init__(self) -> None:
+        from django.conf import settings
+        from django.db import connection
+        from django.utils import timezone
+
+        from receiptsite.receipts import signing
+        from receiptsite.receipts.models import ApiKey, Receipt, Tenant
+
+        self.connection = connection
+        self.vendor = connection.vendor
+        self.tenant = Tenant.objects.create(slug="bench", name="Benchmark")
+        self.api_key, _ = ApiKey.issue(self.tenant)
+        self.signing_row = signing.active_key().row
+        self.origin = settings.LOG_ORIGIN
+        self.now = timezone.now
+        self.uuid_field = Receipt._meta.get_field("public_id")
+        self.time_field = Receipt._meta.get_field("recorded_at")
+        self.builder = Builder()
+
+    def insert(self, model: type, columns: list[str], rows: list[tuple[object, ...]]) -> None:
+        table = model._meta.db_table  # type: ignore[attr-defined]
+        quote = self.connection.ops.quote_name
+        names = ", ".join(quote(c) for c in columns)
+        with self.connection.cursor() as cursor:
+            if self.vendor == "postgresql":
+                with cursor.cursor.copy(f"COPY {quote(table)} ({names}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            else:
+                marks = ", ".join(["%s"] * len(columns))
+                cursor.executemany(f"INSERT INTO {quote(table)} ({names}) VALUES ({marks})", rows)
+
+    def fill(self, target: int) -> float:
+        """Write receipts, log entries, nodes and checkpoints for leaves size..target-1."""
+        from django.core.management.color import no_style
+        from django.db import transaction
+        from django.db.models import Max
+
+        from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt
+
+        start = time.perf_counter()
+        builder = self.builder
+        next_id = (Receipt.objects.aggregate(top=Max("id"))["top"] or 0) + 1
+        zero_signature = bytes(64)
+        while builder.size < target:
+            stop = min(target, builder.size + FILL_CHUNK)
+            recorded_at = self.time_field.get_db_prep_save(self.now(), self.connection)
+            created_at = recorded_at
+            receipts, entries, nodes, checkpoints = [], [], [], []
+            for index in range(builder.size, stop):
+                public_id = uuid.uuid4()
+                data = (
+                    b'{"id":"%s","schema":"receipt/v1","workflow_id":"bench-fill"}'
+                    % str(public_id).encode()
+                )
+                digest = _sha256(data).hexdigest()
+                receipts.append(
+                    (
+                        next_id,
+                        self.uuid_field.get_db_prep_save(public_id, self.connection),
+                        self.tenant.pk,
+                        self.api_key.pk,
+                        recorded_at,
+                        "bench-fill",
+                        "",
+                        "end",
+                        "bench",
+                        "succeeded",
+                        None,
+                        digest,
+                        data,
+                        digest,
+                        zero_signature,
+                        self.signing_row.pk,
+                    )
+                )
+                entries.append((index, next_id))
+                next_id += 1
+                for level, i, node in builder.add(leaf_of(data)):
+                    nodes.append((LogNode.node_key(level, i), node))
+                checkpoints.append((index + 1, builder.root(), self.origin, created_at))
+            with transaction.atomic():
+                self.insert(
+                    Receipt,
+                    [
+                        "id", "public_id", "tenant_id", "api_key_id", "recorded_at",
+                        "workflow_id", "session_id", "phase", "subject_name", "outcome",
+                        "idempotency_key", "request_hash", "canonical_bytes", "output_hash",
+                        "signature", "signing_key_id",
+                    ],
+                    receipts,
+                )
+                self.insert(LogEntry, ["index", "receipt_id"], entries)
+                self.insert(LogNode, ["key", "hash"], nodes)
+                self.insert(Checkpoint, ["tree_size", "root_hash", "origin", "created_at"],
+                            checkpoints)
+        with self.connection.cursor() as cursor:
+            for sql in self.connection.ops.sequence_reset_sql(no_style(), [Receipt]):
+                cursor.execute(sql)
+            if self.vendor == "postgresql":
+                for model in (Receipt, LogEntry, LogNode, Checkpoint):
+                    cursor.execute(f"ANALYZE {model._meta.db_table}")
+        return time.perf_counter() - start
+
+    def database_bytes(self) -> int:
+        with self.connection.cursor() as cursor:
+            if self.vendor == "postgresql":
+                cursor.execute("SELECT pg_database_size(current_database())")
+                return int(cursor.fetchone()[0])
+            cursor.execute("PRAGMA page_count")
+            pages = int(cursor.fetchone()[0])
+            cursor.execute("PRAGMA page_size")
+            return pages * int(cursor.fetchone()[0])
+
+    def explain(self, sql: str) -> list[str]:
+        with self.connection.cursor() as cursor:
+            if self.vendor == "postgresql":
+                cursor.execute("EXPLAIN " + sql)
+                return [r[0] for r in cursor.fetchall()]
+            cursor.execute("EXPLAIN QUERY PLAN " + sql)
+            return [r[-1] for r in cursor.fetchall()]
+
+
+def db_layer(
+    sizes: list[int], appends: int, proofs: int, rng: random.Random, description: str
+) -> list[Row]:
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from receiptsite.integrity import merkle
+    from receiptsite.integrity.canonical import sha256_hex
+    from receiptsite.receipts import log, signing
+    from receiptsite.receipts.models import Receipt
+
+    store = Store()
+    builder = store.builder
+    rows: list[Row] = []
+    plans: list[tuple[str, str, list[str]]] = []
+    print(
+        f"\n(b) stored log on {description}: {appends} appends and {proofs} proofs of each kind "
+        f"per size (+{WARMUP} warm-ups each)"
+    )
+
+    def new_receipt() -> tuple[dict[str, object], bytes]:
+        public_id = uuid.uuid4()
+        data = (
+            b'{"id":"%s","schema":"receipt/v1","workflow_id":"bench-append"}'
+            % str(public_id).encode()
+        )
+        signature, key = signing.sign(data)
+        digest = sha256_hex(data)
+        fields = dict(
+            public_id=public_id, tenant=store.tenant, api_key=store.api_key,
+            recorded_at=timezone.now(), workflow_id="bench-append", phase="end",
+            subject_name="bench", outcome="succeeded", request_hash=digest,
+            canonical_bytes=data, output_hash=digest, signature=signature, signing_key=key,
+        )
+        return fields, data
+
+    largest = sizes[-1]
+    for size in sizes:
+        gc.collect()
+        fill = store.fill(size)
+        if log.head().size != size or log.head().root != builder.root():
+            fail(f"the stored head after the bulk fill is not the builder's tree of {size}")
+        append, transaction_op = Op(), Op()
+        inclusion, consistency = Op(), Op()
+        first_size = builder.size
+        for j in range(WARMUP + appends):
+            fields, data = new_receipt()
+            expected = builder.size
+            counting = j < WARMUP
+            nodes = len(merkle.nodes_for_append(expected))
+            start = time.perf_counter()
+            with transaction.atomic():
+                log.lock_for_append()
+                receipt = Receipt.objects.create(**fields)
+                if counting:
+                    with CaptureQueriesContext(connection) as captured:
+                        index = log.append(receipt, data)
+                    append.queries.append(len(captured.captured_queries))
+                    if size == largest and j == 0:
+                        for query in captured.captured_queries:
+                            if query["sql"].lstrip().upper().startswith("SELECT"):
+                                plans.append(("log.append", query["sql"],
+                                              store.explain(query["sql"])))
+                    seconds = float("nan")
+                else:
+                    t0 = time.perf_counter()
+                    index = log.append(receipt, data)
+                    seconds = time.perf_counter() - t0
+            total = time.perf_counter() - start
+            if index != expected:
+                fail(f"log.append returned index {index}, expected {expected}")
+            builder.add(leaf_of(data))
+            if not counting:
+                append.times.append(seconds)
+                append.nodes.append(nodes)
+                transaction_op.times.append(total)
+                transaction_op.nodes.append(nodes)
+        current = log.head()
+        n = builder.size
+        root = builder.root()
+        if current.size != n or current.root != root:
+            fail(f"the stored head after the appends differs from the builder's tree of {n}")
+        probe = rng.randint(1, n)
+        if log.root_at(probe) != builder.root_at(probe):
+            fail(f"the stored checkpoint of size {probe} has a wrong root")
+
+        for j in range(WARMUP + proofs):
+            i = rng.randrange(n)
+            counting = j < WARMUP
+            if counting:
+                with CaptureQueriesContext(connection) as captured:
+                    proof = log.inclusion_proof(i, n)
+                inclusion.queries.append(len(captured.captured_queries))
+                if size == largest and j == 0:
+                    sql = captured.captured_queries[0]["sql"]
+                    plans.append(("log.inclusion_proof", sql, store.explain(sql)))
+            else:
+                seconds, proof = timed(lambda i=i: log.inclusion_proof(i, n))  # type: ignore[misc]
+                inclusion.times.append(seconds)
+                inclusion.nodes.append(len(merkle.inclusion_proof_nodes(i, n)))
+            if proof != merkle.inclusion_proof(i, n, builder.get) or not merkle.verify_inclusion(
+                builder.levels[0][i], i, n, proof, root  # type: ignore[arg-type]
+            ):
+                fail(f"stored inclusion proof for leaf {i} in {n} is wrong")
+        for j in range(WARMUP + proofs):
+            m = rng.randint(1, n - 1)
+            counting = j < WARMUP
+            if counting:
+                with CaptureQueriesContext(connection) as captured:
+                    proof = log.consistency_proof(m, n)
+                consistency.queries.append(len(captured.captured_queries))
+            else:
+                seconds, proof = timed(lambda m=m: log.consistency_proof(m, n))  # type: ignore[misc]
+                consistency.times.append(seconds)
+                consistency.nodes.append(len(merkle.consistency_proof_nodes(m, n)))
+            if proof != merkle.consistency_proof(
+                m, n, builder.get
+            ) or not merkle.verify_consistency(m, n, proof, builder.root_at(m), root):  # type: ignore[arg-type]
+                fail(f"stored consistency proof {m} -> {n} is wrong")
+        transaction_op.queries = []
+        row = Row(
+            size=size,
+            measured_at=f"{first_size:,}..{n:,}",
+            ops={
+                "append": append,
+                "transaction": transaction_op,
+                "inclusion": inclusion,
+                "consistency": consistency,
+            },
+            fill_seconds=fill,
+            extra=f"{store.database_bytes() / 2**20:,.0f} MiB",
+        )
+        rows.append(row)
+        print(
+            f"  {size:>9,} leaves: bulk fill {fill:6.1f} s, database {row.extra}; "
+            f"log.append p50 {us(append.p50)} us (p95 {us(percentile(append.times, .95))}), "
+            f"transaction p50 {us(transaction_op.p50)} us, "
+            f"inclusion p50 {us(inclusion.p50)} us, consistency p50 {us(consistency.p50)} us"
+        )
+
+    print_layer(
+        "(b) stored log, per call (ratio = p50 / p50 at the smallest size; nodes = LogNode rows "
+        "read; q = SQL queries)",
+        rows,
+        [
+            ("append", "log.append()"),
+            ("inclusion", "log.inclusion_proof()"),
+            ("consistency", "log.consistency_proof()"),
+        ],
+    )
+    base = rows[0].ops["transaction"]
+    print(
+        "\n(b) whole storing transaction per append: lock_for_append + Receipt insert + "
+        "log.append() + COMMIT"
+    )
+    print(f"{'leaves':>11} | {'p50 us':>9} {'mean us':>9} {'p95 us':>9} {'ratio':>6}")
+    for row in rows:
+        op = row.ops["transaction"]
+        print(
+            f"{row.size:>11,} | {us(op.p50):>9} {us(mean(op.times)):>9} "
+            f"{us(percentile(op.times, .95)):>9} {_common.ratio(op.p50, base.p50):>6}"
+        )
+    print(f"\nquery plans at {largest:,} leaves (SELECTs of one append and one inclusion proof):")
+    for name, sql, plan in plans:
+        short = sql if len(sql) < 160 else sql[:157] + "..."
+        print(f"  {name}: {short}")
+        for line in plan:
+            print(f"      {line}")
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,10000,100000,1000000",
+                        help="comma-separated log sizes (default 1000,10000,100000,1000000)")
+    parser.add_argument("--appends", type=int, default=200, help="timed appends per size (db)")
+    parser.add_argument("--proofs", type=int, default=200, help="timed proofs per kind (db)")
+    parser.add_argument("--memory-ops", type=int, default=2000,
+                        help="timed calls per operation and size in the pure layer")
+    parser.add_argument("--layers", default="memory,db", help="memory, db, or both")
+    parser.add_argument("--seed", type=int, default=9162)
+    _common.add_database_argument(parser)
+    args = parser.parse_args()
+    sizes = sorted({int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()})
+    if not sizes or sizes[0] < 2:
+        parser.error("sizes must be at least 2")
+    layers = {layer.strip() for layer in args.layers.split(",")}
+
+    started = time.perf_counter()
+    description = _common.setup_django(args, migrate="db" in layers)
+    print(f"log_scaling: {_common.machine()}")
+    print(f"sizes {', '.join(f'{s:,}' for s in sizes)}; seed {args.seed}")
+    try:
+        if "memory" in layers:
+            memory_layer(sizes, args.memory_ops, random.Random(args.seed))
+            gc.collect()
+        if "db" in layers:
+            db_layer(sizes, args.appends, args.proofs, random.Random(args.seed), description)
+    except Wrong as error:
+        print(f"\nWRONG RESULT: {error}", file=sys.stderr)
+        return 1
+    print(f"\nall roots, indexes and proofs checked; total run time "
+          f"{time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Gunicorn configuration for production: `gunicorn receiptsite.wsgi -c gunicorn.conf.py`.
+
+Gunicorn reads this file (it is the default `./gunicorn.conf.py`, so `-c` may be left out when
+serving from the repository root). Everything comes from the environment, like the site's own
+settings:
+
+| variable          | meaning                                                                  |
+|-------------------|--------------------------------------------------------------------------|
+| `WEB_CONCURRENCY` | number of worker processes; default 2 × CPU cores + 1, at most 12        |
+| `BIND`            | address(es) to listen on, comma-separated (`0.0.0.0:8000`, `unix:/run/x`)|
+| `PORT`            | used when `BIND` is unset: listen on `127.0.0.1:$PORT`                   |
+| `TRUSTED_PROXIES` | comma-separated proxy addresses whose `X-Forwarded-*` headers are believed|
+| `LOG_LEVEL`       | gunicorn's error-log level (default `info`)                               |
+| `GUNICORN_CONTROL_SOCKET` | path of gunicorn's control socket; unset: no control socket       |
+
+The default address is loopback (127.0.0.1:8000): the site is meant to sit behind a reverse
+proxy on the same host that terminates TLS. In a container, set `BIND=0.0.0.0:8000`.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _cores() -> int:
+    # The CPUs this process may actually run on (a container's cpuset), not the host's count.
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _whole(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise SystemExit(f"{name} must be a whole number, not {value!r}") from None
+    if number < 1:
+        raise SystemExit(f"{name} must be at least 1, not {number}")
+    return number
+
+
+# --- processes --------------------------------------------------------------------------------
+
+# Sync workers: each request holds one worker for its whole length, which suits a site whose
+# requests are short database transactions. 2 × cores + 1 is gunicorn's own rule of thumb; the
+# cap keeps a large host from opening more database connections than PostgreSQL's default
+# max_connections (100) comfortably serves when several sites share it. An explicit
+# WEB_CONCURRENCY is taken as given.
+workers = _whole("WEB_CONCURRENCY", min(2 * _cores() + 1, 12))
+
+# The application is loaded in each worker after the fork (no preload_app): a database
+# connection or a cached signing key opened in the master would otherwise be shared by every
+# worker.
+preload_app = False
+
+# --- listening ----------------------------------------------------------------------------------
+
+bind = [
+    address.strip()
+    for address in (os.environ.get("BIND") or f"127.0.0.1:{os.environ.get('PORT') or 8000}").split(
+        ","
+    )
+    if address.strip()
+]
+backlog = 2048
+
+# Only the proxies named in TRUSTED_PROXIES may tell gunicorn the request came over HTTPS
+# (X-Forwarded-Proto). Unset means nobody: gunicorn's own default would trust 127.0.0.1, and
+# the site's settings trust no proxy unless TRUSTED_PROXIES names it (see settings.py).
+forwarded_allow_ips = ",".join(
+    item.strip() for item in os.environ.get("TRUSTED_PROXIES", "").split(",") if item.strip()
+)
+
+# --- timeouts -----------------------------------------------------------------------------------
+
+# A request is a few short queries plus one Ed25519 signature, and a database that does not
+# answer fails within DATABASE_TIMEOUT (the connect timeout, 5 s by default) as a 503. A worker
+# silent for 30 s is therefore stuck, and is killed and replaced.
+timeout = 30
+# On SIGTERM (a deploy), workers get this long to finish the requests they hold: a receipt being
+# stored is committed and answered, not cut off.
+graceful_timeout = 30
+# Keep-alive between the proxy and gunicorn (sync workers ignore it; harmless there).
+keepalive = 5
+# Recycle each worker now and then, so that a slow leak cannot grow without bound; the jitter
+# keeps all workers from restarting at once.
+max_requests = 2000
+max_requests_jitter = 200
+# The heartbeat file of each worker: in memory when available, since a slow or full disk must
+# not make the master think its workers hang.
+if os.path.isdir("/dev/shm"):
+    worker_tmp_dir = "/dev/shm"
+
+# --- control socket ---------------------------------------------------------------------------
+
+# Gunicorn 25.1+ opens a control socket (for `gunicornc`: change the worker count, reload, shut
+# down) at one fixed path per user ($XDG_RUNTIME_DIR/gunicorn.ctl or ~/.gunicorn/gunicorn.ctl).
+# Two masters of one user (a second site, the old and the new master during a deploy, the live
+# tests) would fight over that one path, and it is an administrative door nobody asked for: off
+# unless GUNICORN_CONTROL_SOCKET names a path for this instance. (Older gunicorns ignore both.)
+control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
+if os.environ.get("GUNICORN_CONTROL_SOCKET"):
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
+
+# Request size limits stay gunicorn's defaults (4094-byte request line, 100 headers); bodies
+# are bounded by the site itself (RECEIPT_MAX_BYTES, BATCH_MAX_BYTES).
+
+# --- logs ---------------------------------------------------------------------------------------
+
+# A receipt link (/run/<id>, /api/receipt/<id>/verify, ...) is a capability: whoever holds it can
+# read the receipt. So no log line may hold a receipt id in full. Gunicorn writes two logs of its
+# own that Django's LOGGING never sees: the access log (every request line, with the path and the
+# Referer, which is often a receipt page) and the error log ("Error handling request /run/<id>").
+# Both therefore get handlers with receiptsite.logging.MaskCapabilityURLs, which cuts every UUID
+# in the formatted line to its first 8 hex digits. Django's own loggers get the same filter from
+# settings.LOGGING, once the application is loaded in each worker.
+#
+# The access log goes to stdout and the error log to stderr, one line per event, so that the
+# process supervisor (systemd, a container runtime) collects them; no log files to rotate.
+loglevel = os.environ.get("LOG_LEVEL", "info").lower()
+accesslog = None  # the access handler comes from logconfig_dict below, with the filter
+# The access line: client, time, request line, status, size, duration in microseconds, referer,
+# user agent.
+access_log_format = '%(h)s %(t)s "%(r)s" %(s)s %(b)s %(D)sus "%(f)s" "%(a)s"'
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"capability_urls": {"()": "receiptsite.logging.MaskCapabilityURLs"}},
+    "formatters": {
+        "generic": {
+            "format": "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s",
+            "datefmt": "[%Y-%m-%d %H:%M:%S %z]",
+        },
+        "access": {"format": "%(message)s"},
+    },
+    "handlers": {
+        "error_console": {
+            "class": "logging.StreamHandler",
+            "formatter": "generic",
+            "filters": ["capability_urls"],
+            "stream": "ext://sys.stderr",
+        },
+        "access_console": {
+            "class": "logging.StreamHandler",
+            "formatter": "access",
+            "filters": ["capability_urls"],
+            "stream": "ext://sys.stdout",
+        },
+    },
+    # Replacing gunicorn's own default loggers (logconfig_dict is merged into gunicorn's
+    # defaults key by key, so "loggers" and "handlers" here replace its unfiltered ones).
+    "root": {"level": "INFO", "handlers": ["error_console"]},
+    "loggers": {
+        "gunicorn.error": {
+            "level": loglevel.upper(),
+            "handlers": ["error_console"],
+            "propagate": False,
+            "qualname": "gunicorn.error",
+        },
+        "gunicorn.access": {
+            "level": "INFO",
+            "handlers": ["access_console"],
+            "propagate": False,
+            "qualname": "gunicorn.access",
+        },
+    },
+}

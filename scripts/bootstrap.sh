@@ -1,0 +1,35 @@
+# Sourced by scripts/run and scripts/test: make .venv with Python 3.12+ and install the
+# project into it (again only when pyproject.toml changed). Everything the project needs is
+# installed here, so a fresh clone on a fresh machine works.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+find_python() {
+  local candidate
+  for candidate in "${PYTHON:-}" python3.12 python3.13 python3; do
+    [ -n "$candidate" ] || continue
+    command -v "$candidate" >/dev/null 2>&1 || continue
+    if "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null
+    then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  echo "receiptsite needs Python 3.12 or newer (Django 6 does); none was found." >&2
+  echo "Install one (e.g. 'pyenv install 3.12') or set PYTHON=/path/to/python3.12." >&2
+  return 1
+}
+
+bootstrap() {
+  local extras="$1" stamp
+  if [ ! -x .venv/bin/python ]; then
+    "$(find_python)" -m venv .venv
+  fi
+  stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)-${extras:-base}"
+  if [ ! -e "$stamp" ]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
+    touch "$stamp"
+  fi
+}

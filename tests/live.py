@@ -1,0 +1,383 @@
+"""A real site for live tests: gunicorn with the repository's gunicorn.conf.py, several worker
+processes, a fresh database of its own, spoken to over HTTP only.
+
+    with LiveSite(workers=4) as site:
+        answer = site.post("/api/receipts", body)
+
+The database is new for each site: an SQLite file in a temporary directory, or, when the
+suite runs on PostgreSQL (DATABASE_URL=postgres://...), a database `receiptsite_live_<random>`
+created on that server and dropped WITH (FORCE) afterwards. Another server may be given
+(`server_url=`), e.g. a throwaway cluster that a test stops and starts.
+
+The site is set up as an operator would: `manage.py migrate`, `createtenant`, `createapikey`
+(its key is the last line of the output), then gunicorn; the live tests therefore never use
+pytest-django's database fixtures. HTTP goes through the standard library, with a timeout on
+every call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from email.message import Message
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+REPO = Path(__file__).resolve().parent.parent
+# The repository's virtual environment, else the one running the tests.
+VENV_BIN = REPO / ".venv" / "bin" if (REPO / ".venv" / "bin").is_dir() else Path(sys.executable).parent
+GUNICORN = VENV_BIN / "gunicorn"
+PYTHON = VENV_BIN / "python"
+
+# Every variable the site, its settings or gunicorn read: a live site gets exactly the values
+# set below, never the suite's own (tests/settings.py puts its test values into os.environ).
+SITE_VARIABLES = {
+    "DATABASE_URL",
+    "DATABASE_TIMEOUT",
+    "SECRET_KEY",
+    "DEBUG",
+    "ALLOWED_HOSTS",
+    "SITE_URL",
+    "SIGNING_KEY_FILE",
+    "LOG_ORIGIN",
+    "RATE_LIMITS",
+    "TRUSTED_PROXIES",
+    "LOG_STATE_FILE",
+    "LOG_LEVEL",
+    "VAR_DIR",
+    "TEXT_LIMIT",
+    "RECEIPT_MAX_BYTES",
+    "BATCH_MAX_BYTES",
+    "TEST_DATABASE_NAME",
+    "DJANGO_SETTINGS_MODULE",
+    "WEB_CONCURRENCY",
+    "BIND",
+    "PORT",
+    "FORWARDED_ALLOW_IPS",
+    "GUNICORN_CMD_ARGS",
+}
+
+COMMAND_TIMEOUT = 120  # seconds, for one manage.py command
+START_TIMEOUT = 30  # seconds until /healthz answers 200
+STOP_TIMEOUT = 15  # seconds between SIGTERM and SIGKILL
+HTTP_TIMEOUT = 30  # seconds, for one HTTP call unless told otherwise
+
+
+def free_port() -> int:
+    """A port free on the loopback interface now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def suite_database_url() -> str:
+    return os.environ.get("DATABASE_URL", "")
+
+
+def is_postgres(url: str) -> bool:
+    return urlsplit(url).scheme in ("postgres", "postgresql")
+
+
+def with_database(url: str, name: str) -> str:
+    """`url` (a postgres:// URL) naming database `name` instead of its own."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + quote(name), parts.query, ""))
+
+
+def _admin_connect(server_url: str) -> Any:
+    """An autocommit psycopg connection to the server's maintenance database, for CREATE and
+    DROP DATABASE (which cannot run inside a transaction)."""
+    import psycopg
+
+    own = unquote(urlsplit(server_url).path.lstrip("/"))
+    last: Exception | None = None
+    for dbname in dict.fromkeys(["postgres", own or "postgres"]):
+        try:
+            return psycopg.connect(
+                with_database(server_url, dbname), autocommit=True, connect_timeout=10
+            )
+        except psycopg.OperationalError as error:
+            last = error
+    assert last is not None
+    raise last
+
+
+@dataclass
+class Response:
+    status: int
+    headers: Message
+    body: bytes
+    elapsed: float  # seconds
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("Content-Type", "")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+    def __repr__(self) -> str:
+        body = self.body[:2000].decode("utf-8", "replace")
+        return f"<Response {self.status} {self.content_type} {body!r}>"
+
+
+@dataclass
+class LiveSite:
+    """One gunicorn serving the site on a free loopback port, with a database of its own."""
+
+    workers: int = 4
+    server_url: str | None = None  # a PostgreSQL server; None: the suite's choice
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for the site
+    tenant: str = "acme"
+    tenant_name: str = "Acme Corp"
+
+    port: int = 0
+    url: str = ""
+    api_key: str = ""
+    tmp: Path = field(default_factory=Path)
+    database_url: str = ""
+    _process: subprocess.Popen[bytes] | None = None
+    _dropdb: tuple[str, str] | None = None  # (server url, database name) to drop at the end
+
+    # --- life cycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> LiveSite:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="receiptsite-live-"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._create_database()
+        key_file = self.tmp / "signing-key.pem"
+        from receiptsite.integrity.keys import generate_private_key_pem
+
+        key_file.write_bytes(generate_private_key_pem())
+        key_file.chmod(0o600)
+        self.base_env = {
+            **{k: v for k, v in os.environ.items() if k not in SITE_VARIABLES},
+            "DJANGO_SETTINGS_MODULE": "receiptsite.settings",
+            "DATABASE_URL": self.database_url,
+            "SECRET_KEY": secrets.token_urlsafe(40),
+            "SIGNING_KEY_FILE": str(key_file),
+            "SITE_URL": self.url,
+            "ALLOWED_HOSTS": "127.0.0.1",
+            "RATE_LIMITS": "off",
+            "LOG_STATE_FILE": str(self.tmp / "log-state.json"),
+            "VAR_DIR": str(self.tmp / "var"),
+            "DEBUG": "false",
+            "PYTHONUNBUFFERED": "1",
+            **self.env,
+        }
+        self.manage("migrate", "--noinput")
+        self.api_key = self.add_tenant(self.tenant, self.tenant_name)
+        self._serve()
+
+    def add_tenant(self, slug: str, name: str) -> str:
+        """Create a tenant and one API key for it; return the key."""
+        self.manage("createtenant", slug, "--name", name)
+        output = self.manage("createapikey", slug)
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        assert lines, "createapikey printed nothing"
+        return lines[-1]
+
+    def manage(self, *args: str) -> str:
+        """Run a manage.py command against this site's database; its stdout."""
+        done = subprocess.run(
+            [str(PYTHON), "manage.py", *args],
+            cwd=REPO,
+            env=self.base_env,
+            capture_output=True,
+            timeout=COMMAND_TIMEOUT,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"manage.py {' '.join(args)} failed ({done.returncode}):\n"
+                f"{done.stdout.decode(errors='replace')}\n{done.stderr.decode(errors='replace')}"
+            )
+        return done.stdout.decode()
+
+    def _serve(self) -> None:
+        env = {
+            **self.base_env,
+            "WEB_CONCURRENCY": str(self.workers),
+            "BIND": f"127.0.0.1:{self.port}",
+        }
+        self._stdout = open(self.tmp / "gunicorn.stdout", "wb")  # noqa: SIM115
+        self._stderr = open(self.tmp / "gunicorn.stderr", "wb")  # noqa: SIM115
+        self._process = subprocess.Popen(
+            [str(GUNICORN), "receiptsite.wsgi", "-c", "gunicorn.conf.py"],
+            cwd=REPO,
+            env=env,
+            stdout=self._stdout,
+            stderr=self._stderr,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group, so stop() reaches every worker
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"gunicorn exited with {self._process.returncode} before answering:\n"
+                    f"{self.logs()}"
+                )
+            try:
+                if self.get("/healthz", timeout=2).status == 200:
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"/healthz did not answer 200 within {START_TIMEOUT} s:\n{self.logs()}"
+                )
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop gunicorn: SIGTERM (graceful), then SIGKILL to its process group if it hangs."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                pass
+        # Workers left behind by a master that died or hung: the group is ours (its id is
+        # the master's pid, from start_new_session).
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pass
+        for stream in (self._stdout, self._stderr):
+            stream.close()
+
+    def close(self) -> None:
+        """Stop gunicorn, drop the database, remove the temporary directory. Idempotent."""
+        try:
+            self.stop()
+        finally:
+            try:
+                self._drop_database()
+            finally:
+                if self.tmp != Path() and self.tmp.exists():
+                    # Keep the logs readable after the directory is gone.
+                    self._final_logs = self.logs()
+                    shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- database --------------------------------------------------------------------------
+
+    def _create_database(self) -> None:
+        server = self.server_url or suite_database_url()
+        if server and is_postgres(server):
+            name = f"receiptsite_live_{secrets.token_hex(6)}"
+            with _admin_connect(server) as admin:
+                admin.execute(f'CREATE DATABASE "{name}"')
+            self._dropdb = (server, name)
+            self.database_url = with_database(server, name)
+        else:
+            self.database_url = f"sqlite:///{self.tmp / 'db.sqlite3'}"
+
+    def _drop_database(self) -> None:
+        target, self._dropdb = self._dropdb, None
+        if target is None:
+            return
+        server, name = target
+        with _admin_connect(server) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    # --- logs --------------------------------------------------------------------------------
+
+    def stdout(self) -> str:
+        return self._read("gunicorn.stdout")
+
+    def stderr(self) -> str:
+        return self._read("gunicorn.stderr")
+
+    def logs(self) -> str:
+        if getattr(self, "_final_logs", None) is not None:
+            return str(self._final_logs)
+        return f"--- gunicorn stdout ---\n{self.stdout()}\n--- gunicorn stderr ---\n{self.stderr()}"
+
+    def _read(self, name: str) -> str:
+        for stream in (getattr(self, "_stdout", None), getattr(self, "_stderr", None)):
+            if stream is not None and not stream.closed:
+                stream.flush()
+        try:
+            return (self.tmp / name).read_bytes().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    # --- HTTP ------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = HTTP_TIMEOUT,
+    ) -> Response:
+        """One HTTP call; any status is returned, never raised. `key`: a bearer API key."""
+        data: bytes | None = None
+        sent = dict(headers or {})
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            sent.setdefault("Content-Type", "application/json")
+        if key is not None:
+            sent["Authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=sent)
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return Response(
+                    answer.status, answer.headers, answer.read(), time.monotonic() - started
+                )
+        except urllib.error.HTTPError as error:
+            with error:
+                return Response(
+                    error.code, error.headers, error.read(), time.monotonic() - started
+                )
+
+    def get(self, path: str, **options: Any) -> Response:
+        return self.request("GET", path, **options)
+
+    def post(self, path: str, body: Any, **options: Any) -> Response:
+        options.setdefault("key", self.api_key)
+        return self.request("POST", path, body, **options)

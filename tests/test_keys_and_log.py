@@ -1,0 +1,229 @@
+"""The public keys, the signed checkpoint, consistency proofs, key rotation, and the refusal to
+sign a log that was rolled back."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from django.core.management import call_command
+from django.test import Client
+
+from receiptsite.integrity import merkle
+from receiptsite.integrity.keys import generate_private_key_pem
+from tests.conftest import Producer
+
+SITE = "https://receipts.example.org"
+ORIGIN = "receipts.example.org/receipts"
+
+
+def keys(client: Client) -> dict[str, Any]:
+    response = client.get("/.well-known/receipt-keys.json")
+    assert response.status_code == 200
+    assert response["Access-Control-Allow-Origin"] == "*"
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def check_note(note: str, public: bytes) -> str:
+    """Verify a C2SP signed note independently of the site's code; return its text."""
+    text, _, signatures = note.partition("\n\n")
+    text += "\n"
+    (line,) = signatures.splitlines()
+    dash, name, blob_b64 = line.split(" ")
+    assert dash == "\u2014" and name == ORIGIN
+    blob = base64.b64decode(blob_b64)
+    key_id = hashlib.sha256(name.encode() + b"\n\x01" + public).digest()[:4]
+    assert blob[:4] == key_id
+    Ed25519PublicKey.from_public_bytes(public).verify(blob[4:], text.encode())
+    return text
+
+
+def raw_public(key: dict[str, Any]) -> bytes:
+    return base64.urlsafe_b64decode(key["x"] + "=")
+
+
+def test_the_keys_document_has_the_specs_shape(producer: Producer, client: Client) -> None:
+    producer.publish()
+    body = keys(client)
+    (key,) = body["keys"]
+    assert set(key) == {"kty", "crv", "x", "kid", "alg", "use", "status", "created_at",
+                        "retired_at", "pem"}
+    assert (key["kty"], key["crv"], key["alg"], key["use"]) == ("OKP", "Ed25519", "EdDSA", "sig")
+    assert key["status"] == "active" and key["retired_at"] is None
+    # kid is the RFC 7638 thumbprint, computed here from scratch.
+    members = json.dumps({"crv": "Ed25519", "kty": "OKP", "x": key["x"]}, separators=(",", ":"))
+    thumb = base64.urlsafe_b64encode(hashlib.sha256(members.encode()).digest()).rstrip(b"=")
+    assert key["kid"] == thumb.decode()
+    assert key["pem"].startswith("-----BEGIN PUBLIC KEY-----\n")
+    assert body["log"]["origin"] == ORIGIN
+    key_id = hashlib.sha256(ORIGIN.encode() + b"\n\x01" + raw_public(key)).digest()[:4]
+    expected = f"{ORIGIN}+{key_id.hex()}+{base64.b64encode(b'\x01' + raw_public(key)).decode()}"
+    assert body["log"]["verifier_key"] == expected
+    assert body["log"]["verifier_keys"] == [expected]
+
+
+def test_the_checkpoint_is_a_signed_note_for_the_current_tree(
+    producer: Producer, client: Client
+) -> None:
+    data = []
+    for i in range(3):
+        answer = producer.publish(idempotency_key=f"k{i}")
+        verified = client.get(f"/api/receipt/{answer['id']}/verify").json()
+        data.append(base64.b64decode(verified["canonical_bytes"]))
+    response = client.get("/api/log/checkpoint")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    (key,) = keys(client)["keys"]
+    text = check_note(response.content.decode(), raw_public(key))
+    root = merkle.root_from_leaves([merkle.leaf_hash(d) for d in data])
+    assert text == f"{ORIGIN}\n3\n{base64.b64encode(root).decode()}\n"
+
+
+def test_the_empty_log_has_a_checkpoint_of_size_zero(client: Client, db: None) -> None:
+    text = client.get("/api/log/checkpoint").content.decode()
+    empty = base64.b64encode(hashlib.sha256(b"").digest()).decode()
+    assert text.startswith(f"{ORIGIN}\n0\n{empty}\n\n\u2014 {ORIGIN} ")
+
+
+def test_consistency_proofs_verify_between_every_pair_of_sizes(
+    producer: Producer, client: Client
+) -> None:
+    roots = []
+    for i in range(7):
+        producer.publish(idempotency_key=f"k{i}")
+        text = client.get("/api/log/checkpoint").content.decode().split("\n")
+        roots.append(base64.b64decode(text[2]))
+    for first in range(1, 8):
+        for second in range(first, 8):
+            response = client.get("/api/log/consistency", {"first": first, "second": second})
+            assert response.status_code == 200
+            body = response.json()
+            assert (body["first"], body["second"]) == (first, second)
+            proof = [base64.b64decode(p) for p in body["proof"]]
+            if first == second:
+                assert proof == []
+            assert merkle.verify_consistency(first, second, proof, roots[first - 1],
+                                             roots[second - 1])
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"first": 0, "second": 1}, {"first": 2, "second": 1}, {"first": 1, "second": 4},
+     {"first": "a", "second": 2}, {"first": 1}, {}, {"first": "-1", "second": 2},
+     {"first": "1.0", "second": 2}],
+)
+def test_consistency_sizes_out_of_range_are_a_400(
+    producer: Producer, client: Client, query: dict[str, Any]
+) -> None:
+    for i in range(3):
+        producer.publish(idempotency_key=f"k{i}")
+    response = client.get("/api/log/consistency", query)
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["type"] == f"{SITE}/problems/bad-query-parameter"
+
+
+def test_pointing_at_a_new_key_rotates_and_old_receipts_still_verify(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    old = producer.publish(idempotency_key="old")
+    old_kid = keys(client)["keys"][0]["kid"]
+    new_file = tmp_path / "new-key.pem"
+    new_file.write_bytes(generate_private_key_pem())
+    settings.SIGNING_KEY_FILE = str(new_file)
+
+    new = producer.publish(idempotency_key="new")
+    body = keys(client)
+    assert [(k["kid"] == old_kid, k["status"]) for k in body["keys"]] == [
+        (True, "retired"), (False, "active")
+    ]
+    assert body["keys"][0]["retired_at"] is not None
+    assert len(body["log"]["verifier_keys"]) == 2
+    assert body["log"]["verifier_key"] == body["log"]["verifier_keys"][1]
+
+    old_check = client.get(f"/api/receipt/{old['id']}/verify").json()
+    new_check = client.get(f"/api/receipt/{new['id']}/verify").json()
+    assert old_check["status"] == new_check["status"] == "valid"
+    assert old_check["signature"]["key_id"] == old_kid
+    assert new_check["signature"]["key_id"] == body["keys"][1]["kid"]
+    # From now on the new key signs the checkpoints.
+    check_note(client.get("/api/log/checkpoint").content.decode(), raw_public(body["keys"][1]))
+
+
+def test_signingkeys_lists_keys_and_marks_one_compromised(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path, capsys: Any
+) -> None:
+    old = producer.publish(idempotency_key="old")
+    old_kid = keys(client)["keys"][0]["kid"]
+    new_file = tmp_path / "new-key.pem"
+    new_file.write_bytes(generate_private_key_pem())
+    settings.SIGNING_KEY_FILE = str(new_file)
+    call_command("signingkeys", mark_compromised=old_kid)
+    out = capsys.readouterr().out
+    assert f"{old_kid}  compromised" in out
+    assert "active" in out
+    assert client.get(f"/api/receipt/{old['id']}/verify").json()["status"] == "invalid"
+
+
+# --- a log that was rolled back is never signed -------------------------------------------
+
+
+def remember(settings: Any, size: int, root: bytes) -> None:
+    Path(settings.LOG_STATE_FILE).write_text(
+        json.dumps({"origin": ORIGIN, "tree_size": size, "root_hash":
+                    base64.b64encode(root).decode()})
+    )
+
+
+def test_signing_remembers_the_largest_tree_outside_the_database(
+    producer: Producer, client: Client, settings: Any
+) -> None:
+    producer.publish(idempotency_key="a")
+    producer.publish(idempotency_key="b")
+    client.get("/api/log/checkpoint")
+    state = json.loads(Path(settings.LOG_STATE_FILE).read_text())
+    assert state["tree_size"] == 2
+
+
+def test_a_log_smaller_than_a_signed_one_is_refused(
+    producer: Producer, client: Client, settings: Any
+) -> None:
+    answer = producer.publish()
+    remember(settings, 10, b"\x01" * 32)  # as if a tree of 10 had been signed before a restore
+    response = client.get("/api/log/checkpoint")
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/problem+json"
+    assert "10" in response.json()["detail"]
+    health = client.get("/healthz")
+    assert health.status_code == 503
+    assert health["Content-Type"] == "application/problem+json"
+    body = client.get(f"/api/receipt/{answer['id']}/verify").json()
+    assert body["status"] == "invalid"
+    assert body["log"] is None
+
+
+def test_a_log_whose_history_differs_from_a_signed_one_is_refused(
+    producer: Producer, client: Client, settings: Any
+) -> None:
+    producer.publish(idempotency_key="a")
+    producer.publish(idempotency_key="b")
+    remember(settings, 1, b"\x02" * 32)  # a different tree of size 1 was signed before
+    assert client.get("/api/log/checkpoint").status_code == 503
+    assert client.get("/healthz").status_code == 503
+
+
+def test_healthz_is_ok_when_the_log_extends_what_was_signed(
+    producer: Producer, client: Client
+) -> None:
+    producer.publish(idempotency_key="a")
+    client.get("/api/log/checkpoint")
+    producer.publish(idempotency_key="b")
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
