@@ -77,9 +77,10 @@ forwarded_allow_ips = ",".join(
 
 # --- timeouts -----------------------------------------------------------------------------------
 
-# A request is a few short queries plus one Ed25519 signature, and a database that does not
-# answer fails within DATABASE_TIMEOUT (the connect timeout, 5 s by default) as a 503. A worker
-# silent for 30 s is therefore stuck, and is killed and replaced.
+# A request is a few short queries plus one Ed25519 signature, and a database that cannot be
+# reached fails within DATABASE_TIMEOUT (the connect timeout, 5 s by default) as a 503. A worker
+# silent for 30 s is therefore stuck (say, on an open connection to a database server that
+# stopped answering, which no connect timeout covers), and is killed and replaced.
 timeout = 30
 # On SIGTERM (a deploy), workers get this long to finish the requests they hold: a receipt being
 # stored is committed and answered, not cut off.

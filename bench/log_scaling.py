@@ -65,6 +65,7 @@ import argparse
 import gc
 import hashlib
 import math
+import os
 import random
 import sys
 import time
@@ -181,6 +182,11 @@ def us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f}"
 
 
+def load() -> str:
+    """The 1-minute load average: other processes on the machine make the figures noisier."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def timed(call: Callable[[], object]) -> tuple[float, object]:
     start = time.perf_counter()
     value = call()
@@ -222,7 +228,8 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
     builder = Builder()
     rows: list[Row] = []
     counter = 0
-    print(f"\n(a) pure scheme: merkle.MemoryTree, {ops} timed calls of each operation per size")
+    print(f"\n(a) pure scheme: merkle.MemoryTree, {ops} timed calls of each operation per size "
+          f"(+{WARMUP * 10} warm-ups each)")
     for size in sizes:
         start = time.perf_counter()
         while builder.size < size:
@@ -239,12 +246,14 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
 
         append, inclusion, consistency = Op(), Op(), Op()
         first_size = tree.size
-        for _ in range(ops):
+        for j in range(WARMUP * 10 + ops):
             data = b"memory leaf %d" % counter
             counter += 1
-            append.nodes.append(len(merkle.nodes_for_append(tree.size)))
+            nodes = len(merkle.nodes_for_append(tree.size))
             seconds, index = timed(lambda d=data: tree.append(d))  # type: ignore[misc]
-            append.times.append(seconds)
+            if j >= WARMUP * 10:
+                append.times.append(seconds)
+                append.nodes.append(nodes)
             if index != builder.size:
                 fail(f"MemoryTree.append returned {index}, expected {builder.size}")
             for level, i, digest in builder.add(leaf_of(data)):
@@ -254,18 +263,20 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
         root = builder.root()
         if tree.root() != root:
             fail(f"MemoryTree root differs from the builder's at size {n}")
-        for _ in range(ops):
+        for j in range(WARMUP * 10 + ops):
             i = rng.randrange(n)
-            inclusion.nodes.append(len(merkle.inclusion_proof_nodes(i, n)))
             seconds, proof = timed(lambda i=i: merkle.inclusion_proof(i, n, tree.get))  # type: ignore[misc]
-            inclusion.times.append(seconds)
+            if j >= WARMUP * 10:
+                inclusion.times.append(seconds)
+                inclusion.nodes.append(len(merkle.inclusion_proof_nodes(i, n)))
             if not merkle.verify_inclusion(builder.levels[0][i], i, n, proof, root):  # type: ignore[arg-type]
                 fail(f"inclusion proof for {i} in {n} does not verify")
-        for _ in range(ops):
+        for j in range(WARMUP * 10 + ops):
             m = rng.randint(1, n - 1)
-            consistency.nodes.append(len(merkle.consistency_proof_nodes(m, n)))
             seconds, proof = timed(lambda m=m: merkle.consistency_proof(m, n, tree.get))  # type: ignore[misc]
-            consistency.times.append(seconds)
+            if j >= WARMUP * 10:
+                consistency.times.append(seconds)
+                consistency.nodes.append(len(merkle.consistency_proof_nodes(m, n)))
             if not merkle.verify_consistency(m, n, proof, builder.root_at(m), root):  # type: ignore[arg-type]
                 fail(f"consistency proof {m} -> {n} does not verify")
         row = Row(
@@ -276,7 +287,7 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
         )
         rows.append(row)
         print(
-            f"  {size:>9,} leaves: filled in {fill:5.1f} s; append p50 {us(append.p50)} us, "
+            f"  {size:>9,} leaves: filled in {fill:5.1f} s; load {load()}; append p50 {us(append.p50)} us, "
             f"inclusion p50 {us(inclusion.p50)} us, consistency p50 {us(consistency.p50)} us"
         )
     print_layer(
@@ -314,7 +325,6 @@ class Store:
         self.origin = settings.LOG_ORIGIN
         self.now = timezone.now
         self.uuid_field = Receipt._meta.get_field("public_id")
-        self.time_field = Receipt._meta.get_field("recorded_at")
         self.builder = Builder()
 
     def insert(self, model: type, columns: list[str], rows: list[tuple[object, ...]]) -> None:
@@ -334,18 +344,32 @@ class Store:
         """Write receipts, log entries, nodes and checkpoints for leaves size..target-1."""
         from django.core.management.color import no_style
         from django.db import transaction
-        from django.db.models import Max
+        from django.db.models import BinaryField, Max
 
         from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt
 
         start = time.perf_counter()
         builder = self.builder
         next_id = (Receipt.objects.aggregate(top=Max("id"))["top"] or 0) + 1
-        zero_signature = bytes(64)
+        # Every concrete column of Receipt, so that a column added later is filled with its
+        # default; the per-row ones are set below.
+        fields = list(Receipt._meta.concrete_fields)
+        per_row = {"id", "public_id", "request_hash", "canonical_bytes", "output_hash"}
         while builder.size < target:
             stop = min(target, builder.size + FILL_CHUNK)
-            recorded_at = self.time_field.get_db_prep_save(self.now(), self.connection)
-            created_at = recorded_at
+            template = Receipt(
+                tenant=self.tenant, api_key=self.api_key, recorded_at=self.now(),
+                workflow_id="bench-fill", phase="end", subject_name="bench",
+                outcome="succeeded", signature=bytes(64), signing_key=self.signing_row,
+            )
+            constant = {
+                f.attname: bytes(getattr(template, f.attname))
+                if isinstance(f, BinaryField)
+                else f.get_db_prep_save(getattr(template, f.attname), self.connection)
+                for f in fields
+                if f.attname not in per_row
+            }
+            created_at = constant["recorded_at"]
             receipts, entries, nodes, checkpoints = [], [], [], []
             for index in range(builder.size, stop):
                 public_id = uuid.uuid4()
@@ -354,42 +378,22 @@ class Store:
                     % str(public_id).encode()
                 )
                 digest = _sha256(data).hexdigest()
-                receipts.append(
-                    (
-                        next_id,
-                        self.uuid_field.get_db_prep_save(public_id, self.connection),
-                        self.tenant.pk,
-                        self.api_key.pk,
-                        recorded_at,
-                        "bench-fill",
-                        "",
-                        "end",
-                        "bench",
-                        "succeeded",
-                        None,
-                        digest,
-                        data,
-                        digest,
-                        zero_signature,
-                        self.signing_row.pk,
-                    )
-                )
+                values = {
+                    **constant,
+                    "id": next_id,
+                    "public_id": self.uuid_field.get_db_prep_save(public_id, self.connection),
+                    "request_hash": digest,
+                    "canonical_bytes": data,
+                    "output_hash": digest,
+                }
+                receipts.append(tuple(values[f.attname] for f in fields))
                 entries.append((index, next_id))
                 next_id += 1
                 for level, i, node in builder.add(leaf_of(data)):
                     nodes.append((LogNode.node_key(level, i), node))
                 checkpoints.append((index + 1, builder.root(), self.origin, created_at))
             with transaction.atomic():
-                self.insert(
-                    Receipt,
-                    [
-                        "id", "public_id", "tenant_id", "api_key_id", "recorded_at",
-                        "workflow_id", "session_id", "phase", "subject_name", "outcome",
-                        "idempotency_key", "request_hash", "canonical_bytes", "output_hash",
-                        "signature", "signing_key_id",
-                    ],
-                    receipts,
-                )
+                self.insert(Receipt, [f.column for f in fields], receipts)
                 self.insert(LogEntry, ["index", "receipt_id"], entries)
                 self.insert(LogNode, ["key", "hash"], nodes)
                 self.insert(Checkpoint, ["tree_size", "root_hash", "origin", "created_at"],
@@ -398,8 +402,10 @@ class Store:
             for sql in self.connection.ops.sequence_reset_sql(no_style(), [Receipt]):
                 cursor.execute(sql)
             if self.vendor == "postgresql":
+                # What autovacuum would soon do anyway; done now so that it does not run
+                # during the measurement.
                 for model in (Receipt, LogEntry, LogNode, Checkpoint):
-                    cursor.execute(f"ANALYZE {model._meta.db_table}")
+                    cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
         return time.perf_counter() - start
 
     def database_bytes(self) -> int:
@@ -411,6 +417,25 @@ class Store:
             pages = int(cursor.fetchone()[0])
             cursor.execute("PRAGMA page_size")
             return pages * int(cursor.fetchone()[0])
+
+    def table_bytes(self) -> dict[str, int]:
+        """Bytes on disk of each log table and of the receipts table, indexes included."""
+        from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt
+
+        tables = [m._meta.db_table for m in (Receipt, LogEntry, LogNode, Checkpoint)]
+        with self.connection.cursor() as cursor:
+            if self.vendor == "postgresql":
+                sizes = {}
+                for table in tables:
+                    cursor.execute("SELECT pg_total_relation_size(%s)", [table])
+                    sizes[table] = int(cursor.fetchone()[0])
+                return sizes
+            cursor.execute(
+                "SELECT m.tbl_name, SUM(s.pgsize) FROM dbstat s "
+                "JOIN sqlite_master m ON m.name = s.name GROUP BY m.tbl_name"
+            )
+            found = dict(cursor.fetchall())
+            return {table: int(found.get(table, 0)) for table in tables}
 
     def explain(self, sql: str) -> list[str]:
         with self.connection.cursor() as cursor:
@@ -437,6 +462,7 @@ def db_layer(
     builder = store.builder
     rows: list[Row] = []
     plans: list[tuple[str, str, list[str]]] = []
+    storage: list[tuple[int, dict[str, int]]] = []
     print(
         f"\n(b) stored log on {description}: {appends} appends and {proofs} proofs of each kind "
         f"per size (+{WARMUP} warm-ups each)"
@@ -554,9 +580,11 @@ def db_layer(
             fill_seconds=fill,
             extra=f"{store.database_bytes() / 2**20:,.0f} MiB",
         )
+        storage.append((n, store.table_bytes()))
         rows.append(row)
         print(
-            f"  {size:>9,} leaves: bulk fill {fill:6.1f} s, database {row.extra}; "
+            f"  {size:>9,} leaves: bulk fill {fill:6.1f} s, database {row.extra}, load {load()};\n"
+            "                    "
             f"log.append p50 {us(append.p50)} us (p95 {us(percentile(append.times, .95))}), "
             f"transaction p50 {us(transaction_op.p50)} us, "
             f"inclusion p50 {us(inclusion.p50)} us, consistency p50 {us(consistency.p50)} us"
@@ -584,12 +612,19 @@ def db_layer(
             f"{row.size:>11,} | {us(op.p50):>9} {us(mean(op.times)):>9} "
             f"{us(percentile(op.times, .95)):>9} {_common.ratio(op.p50, base.p50):>6}"
         )
+    print("\nstorage on disk, tables with their indexes (bytes per leaf in brackets; the filler "
+          "receipts are smaller than real ones)")
+    names = list(storage[0][1])
+    print(f"{'leaves':>11} | " + " | ".join(f"{name.removeprefix('receipts_'):>20}" for name in names))
+    for n, sizes_ in storage:
+        print(f"{n:>11,} | " + " | ".join(
+            f"{sizes_[name] / 2**20:>9.1f} MiB [{sizes_[name] / n:>4.0f}]" for name in names))
     print(f"\nquery plans at {largest:,} leaves (SELECTs of one append and one inclusion proof):")
     for name, sql, plan in plans:
         short = sql if len(sql) < 160 else sql[:157] + "..."
         print(f"  {name}: {short}")
         for line in plan:
-            print(f"      {line}")
+            print(f"      {line if len(line) < 140 else line[:137] + '...'}")
     return rows
 
 

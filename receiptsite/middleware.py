@@ -9,6 +9,9 @@ from collections.abc import Callable
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+from django.utils import translation
+from django.utils.cache import patch_vary_headers
+from django.utils.translation import get_supported_language_variant
 
 from receiptsite.problems import problem
 
@@ -54,3 +57,25 @@ class DatabaseUnavailableMiddleware:
             response["Retry-After"] = "5"
             return response
         return None
+
+
+class QueryLanguageMiddleware:
+    """`?lang=zh-hans` picks the page's language: a plain link, no cookie, no POST.
+    Without it, LocaleMiddleware follows Accept-Language."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        wanted = request.GET.get("lang", "")
+        if wanted:
+            try:
+                code = get_supported_language_variant(wanted)
+            except LookupError:
+                code = ""
+            if code:
+                translation.activate(code)
+                request.LANGUAGE_CODE = code
+        response = self.get_response(request)
+        patch_vary_headers(response, ("Accept-Language",))
+        return response

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import path
+from django.views.i18n import JavaScriptCatalog
 
 from receiptsite.receipts import api, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("run/<str:receipt_id>", views.receipt_page, name="receipt-page"),
+    path("run/<str:receipt_id>/decisions", views.receipt_decision, name="receipt-decision"),
     path("run/<str:receipt_id>/handoff.txt", views.handoff_text, name="receipt-handoff"),
     path("api/receipts", api.receipts, name="api-receipts"),
     path("api/receipts/batch", api.receipts_batch, name="api-receipts-batch"),
@@ -18,6 +20,8 @@ urlpatterns = [
     path("api/log/consistency", api.consistency, name="log-consistency"),
     path("api/openapi.json", api.openapi, name="openapi"),
     path("healthz", api.healthz, name="healthz"),
+    path("jsi18n/", JavaScriptCatalog.as_view(packages=["receiptsite.receipts"]),
+         name="javascript-catalog"),
     path("admin/", admin.site.urls),
 ]
 

@@ -17,6 +17,7 @@ every call.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -38,7 +39,9 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parent.parent
 # The repository's virtual environment, else the one running the tests.
-VENV_BIN = REPO / ".venv" / "bin" if (REPO / ".venv" / "bin").is_dir() else Path(sys.executable).parent
+VENV_BIN = (
+    REPO / ".venv" / "bin" if (REPO / ".venv" / "bin").is_dir() else Path(sys.executable).parent
+)
 GUNICORN = VENV_BIN / "gunicorn"
 PYTHON = VENV_BIN / "python"
 
@@ -269,20 +272,14 @@ class LiveSite:
             return
         if process.poll() is None:
             process.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                pass
         # Workers left behind by a master that died or hung: the group is ours (its id is
         # the master's pid, from start_new_session).
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            pass
         for stream in (self._stdout, self._stderr):
             stream.close()
 
@@ -371,9 +368,7 @@ class LiveSite:
                 )
         except urllib.error.HTTPError as error:
             with error:
-                return Response(
-                    error.code, error.headers, error.read(), time.monotonic() - started
-                )
+                return Response(error.code, error.headers, error.read(), time.monotonic() - started)
 
     def get(self, path: str, **options: Any) -> Response:
         return self.request("GET", path, **options)

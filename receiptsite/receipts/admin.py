@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+import csv
+from datetime import date
 from typing import Any
 
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
+from django.urls import path
 from django.utils.html import format_html
 
-from receiptsite.receipts.models import ApiKey, Receipt, ReviewDecision, SigningKey, Tenant
+from receiptsite.receipts.models import (
+    ApiKey,
+    Receipt,
+    ReviewDecision,
+    SigningKey,
+    Tenant,
+    format_timestamp,
+)
 from receiptsite.receipts.presentation import page_context
 from receiptsite.receipts.services import decision_record
+from receiptsite.receipts.verification import verify
+
+
+def _cell(text: str) -> str:
+    """Keep spreadsheet programs from running text that starts like a formula."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -31,6 +50,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class TenantAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # Every receipt's document holds the slug, and verification compares it with the
+        # tenant's: a renamed slug would turn all of the tenant's receipts invalid.
+        return ["slug"] if obj is not None else []
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -83,9 +107,10 @@ class ReviewedFilter(admin.SimpleListFilter):
 class ReceiptAdmin(ReadOnlyAdmin):
     list_display = ["public_id", "tenant", "phase", "subject_name", "outcome", "workflow_id",
                     "recorded_at"]
-    list_filter = ["tenant", "phase", "outcome", ReviewedFilter, "recorded_at"]
-    search_fields = ["=public_id", "workflow_id", "subject_name", "idempotency_key",
-                     "session_id"]
+    list_filter = ["tenant", "phase", "outcome", "framework_name", ReviewedFilter,
+                   "recorded_at"]
+    search_fields = ["=public_id", "workflow_id", "subject_name", "trace_id",
+                     "idempotency_key", "session_id"]
     date_hierarchy = "recorded_at"
     list_select_related = ["tenant"]
     fields = readonly_fields = ("plain_summary", "public_link", "public_id", "tenant",
@@ -95,11 +120,9 @@ class ReceiptAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Summary")
     def plain_summary(self, obj: Receipt) -> str:
-        context = page_context(obj, None, show_follow_up=True)
-        return format_html(
-            "<p><strong>{}</strong></p><p>Outcome: {} {}</p>",
-            context["sentence"], context["outcome_icon"], context["outcome_label"],
-        )
+        """The same plain summary as the public page, with the server's verification."""
+        context = page_context(obj, verify(obj), show_follow_up=True)
+        return render_to_string("admin/receipts/summary.html", context)
 
     @admin.display(description="Public page")
     def public_link(self, obj: Receipt) -> str:
@@ -107,11 +130,32 @@ class ReceiptAdmin(ReadOnlyAdmin):
                            obj.public_id)
 
 
+class DecisionForm(forms.ModelForm):
+    """A correction supersedes a decision on the same receipt: say so on the form, rather
+    than let decision_record() refuse it with a server error."""
+
+    class Meta:
+        model = ReviewDecision
+        fields = ["receipt", "conclusion", "exception_note", "follow_up", "supersedes"]
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean() or {}
+        receipt, supersedes = data.get("receipt"), data.get("supersedes")
+        if receipt is not None and supersedes is not None and supersedes.receipt_id != receipt.pk:
+            self.add_error(
+                "supersedes", "A decision can only supersede a decision on the same receipt."
+            )
+        return data
+
+
 @admin.register(ReviewDecision)
 class ReviewDecisionAdmin(admin.ModelAdmin):
     """Add-only. The reviewer and the reviewed hash are set by the site, not typed in."""
 
+    form = DecisionForm
+
     list_display = ["receipt", "conclusion", "reviewer", "reviewed_at", "supersedes"]
+    change_list_template = "admin/receipts/reviewdecision/change_list.html"
     list_filter = ["conclusion", "reviewed_at"]
     search_fields = ["=receipt__public_id", "receipt__workflow_id", "follow_up"]
     raw_id_fields = ["receipt", "supersedes"]
@@ -132,6 +176,41 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_urls(self) -> list[Any]:
+        export = self.admin_site.admin_view(self.export_csv)
+        return [path("export.csv", export, name="receipts_reviewdecision_export"),
+                *super().get_urls()]
+
+    def export_csv(self, request: HttpRequest) -> HttpResponse:
+        """Decisions reviewed in [from, to] (dates, UTC, both inclusive), for the audit file."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            start = date.fromisoformat(request.GET.get("from", "") or "2000-01-01")
+            end = date.fromisoformat(request.GET.get("to", "") or "9999-12-30")
+        except ValueError:
+            return HttpResponse("from and to must be dates (YYYY-MM-DD)\n", status=400,
+                                content_type="text/plain; charset=utf-8")
+        decisions = ReviewDecision.objects.filter(
+            reviewed_at__date__gte=start, reviewed_at__date__lte=end
+        ).select_related("receipt", "receipt__tenant", "reviewer").order_by("reviewed_at", "pk")
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="review-decisions-{start}-{end}.csv"'
+        )
+        writer = csv.writer(response)
+        writer.writerow(["decision_id", "reviewed_at", "reviewer", "conclusion",
+                         "exception_note", "follow_up", "supersedes", "receipt_id", "tenant",
+                         "workflow_id", "subject", "reviewed_output_hash",
+                         "current_output_hash"])
+        for d in decisions:
+            writer.writerow([d.pk, format_timestamp(d.reviewed_at), d.reviewer.get_username(),
+                             d.conclusion, _cell(d.exception_note), _cell(d.follow_up),
+                             d.supersedes_id or "", d.receipt.uuid, d.receipt.tenant.slug,
+                             _cell(d.receipt.workflow_id), _cell(d.receipt.subject_name),
+                             d.output_hash, d.receipt.output_hash])
+        return response
 
     def save_model(
         self, request: HttpRequest, obj: ReviewDecision, form: Any, change: bool

@@ -128,6 +128,8 @@ class Receipt(models.Model):
     subject_name = models.CharField(max_length=200)
     outcome = models.CharField(max_length=20, null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    framework_name = models.CharField(max_length=50, blank=True, default="")
+    trace_id = models.CharField(max_length=200, blank=True, default="")
     # SHA-256 of the producer's part of the document: "the same request" for idempotency.
     request_hash = models.CharField(max_length=64)
     canonical_bytes = models.BinaryField()

@@ -5,35 +5,105 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.utils.translation import get_language, gettext_lazy, pgettext_lazy
 from django.utils.translation import gettext as _
 
+from receiptsite.receipts.document import BOUNDARY
 from receiptsite.receipts.models import Receipt, ReviewDecision
 
 SUBJECT_WORDS = {
-    "tool": "the tool",
-    "task": "the task",
-    "chain": "the chain",
-    "agent_run": "the agent run",
-    "model": "the model",
-    "external": "the external step",
+    "tool": pgettext_lazy("subject", "the tool"),
+    "task": pgettext_lazy("subject", "the task"),
+    "chain": pgettext_lazy("subject", "the chain"),
+    "agent_run": pgettext_lazy("subject", "the agent run"),
+    "model": pgettext_lazy("subject", "the model"),
+    "external": pgettext_lazy("subject", "the external step"),
 }
 
 OUTCOME_WORDS = {
     # (label, icon, tone): the icon and the words carry the meaning, never the colour alone.
-    "succeeded": ("Succeeded", "✓", "good"),
-    "failed": ("Failed", "✗", "bad"),
-    "timed_out": ("Timed out", "⧖", "bad"),
-    "uncertain": ("Uncertain", "?", "unsure"),
-    None: ("Started (no result recorded)", "▶", "neutral"),
+    "succeeded": (gettext_lazy("Succeeded"), "✓", "good"),
+    "failed": (gettext_lazy("Failed"), "✗", "bad"),
+    "timed_out": (gettext_lazy("Timed out"), "⧖", "bad"),
+    "uncertain": (gettext_lazy("Uncertain"), "?", "unsure"),
+    None: (gettext_lazy("Started (no result recorded)"), "▶", "neutral"),
 }
 
 PHASE_SENTENCES = {
-    "start": "{agent} recorded that {subject} {name} was started.",
-    "end": "{agent} recorded that {subject} {name} finished: {outcome}.",
-    "completion": "{agent} recorded that {subject} {name} was completed: {outcome}.",
-    "confirmation": "{agent} recorded a confirmation for {subject} {name}: {outcome}.",
-    "handoff": "{agent} recorded a hand-off of {subject} {name}: {outcome}.",
+    "start": gettext_lazy("{agent} recorded that {subject} {name} was started."),
+    "end": gettext_lazy("{agent} recorded that {subject} {name} finished: {outcome}."),
+    "completion": gettext_lazy(
+        "{agent} recorded that {subject} {name} was completed: {outcome}."
+    ),
+    "confirmation": gettext_lazy(
+        "{agent} recorded a confirmation for {subject} {name}: {outcome}."
+    ),
+    "handoff": gettext_lazy("{agent} recorded a hand-off of {subject} {name}: {outcome}."),
 }
+
+# The site's own boundary statements, so that a page in another language can show a
+# translation beside the stored English text (labelled as a translation).
+BOUNDARY_TRANSLATIONS = {
+    BOUNDARY["start"]: gettext_lazy(
+        "A start record shows that the step was invoked. It cannot show its result."
+    ),
+    BOUNDARY["end"]: gettext_lazy(
+        "This records what the agent runtime reported to this site. It does not show that "
+        "any effect outside that report happened (an email received, a payment settled, a "
+        "write accepted)."
+    ),
+    BOUNDARY["confirmation"]: gettext_lazy(
+        "This records the confirmation the runtime observed from the provider; it does not "
+        "show anything the provider did not confirm."
+    ),
+    BOUNDARY["handoff"]: gettext_lazy(
+        "This records what was handed over and when. It does not show that the recipient "
+        "reviewed or accepted it."
+    ),
+}
+
+
+CHECK_NAMES = {
+    "canonical_form": gettext_lazy("Canonical form"),
+    "hash": gettext_lazy("Hash"),
+    "record_matches": gettext_lazy("Stored record"),
+    "signature": gettext_lazy("Signature"),
+    "log_inclusion": gettext_lazy("Public log"),
+}
+
+CHECK_SENTENCES = {
+    ("canonical_form", "pass"): gettext_lazy(
+        "The stored bytes are well-formed canonical JSON (RFC 8785)."),
+    ("canonical_form", "fail"): gettext_lazy(
+        "The stored bytes are not in the canonical form they were stored in."),
+    ("hash", "pass"): gettext_lazy("The SHA-256 of the stored bytes equals the stored hash."),
+    ("hash", "fail"): gettext_lazy("The SHA-256 of the stored bytes differs from the stored hash."),
+    ("record_matches", "pass"): gettext_lazy("The database record agrees with the document."),
+    ("record_matches", "fail"): gettext_lazy(
+        "The database record disagrees with the document."),
+    ("signature", "pass"): gettext_lazy(
+        "The site's Ed25519 signature over the bytes verifies under a published key."),
+    ("signature", "fail"): gettext_lazy(
+        "The signature does not verify under a trustworthy published key."),
+    ("log_inclusion", "pass"): gettext_lazy(
+        "The receipt is in the site's public append-only log, under its latest signed "
+        "checkpoint."),
+    ("log_inclusion", "fail"): gettext_lazy(
+        "The receipt cannot be shown to be in the site's public log as stored."),
+    ("log_inclusion", "pending"): gettext_lazy("The receipt is not in the public log yet."),
+}
+
+
+def page_checks(verification: dict[str, Any]) -> list[dict[str, Any]]:
+    """The checks in the reader's language; the JSON's own English detail comes along."""
+    return [
+        {
+            **check,
+            "label": CHECK_NAMES.get(check["name"], check["name"]),
+            "sentence": CHECK_SENTENCES.get((check["name"], check["result"]), check["detail"]),
+        }
+        for check in verification["checks"]
+    ]
 
 
 def latest_follow_up(receipt: Receipt) -> str | None:
@@ -73,12 +143,17 @@ def page_context(
         if framework.get("name")
         else _("The agent runtime")
     )
-    sentence = PHASE_SENTENCES.get(doc.get("phase", ""), PHASE_SENTENCES["end"]).format(
+    sentence = str(PHASE_SENTENCES.get(doc.get("phase", ""), PHASE_SENTENCES["end"])).format(
         agent=agent,
-        subject=SUBJECT_WORDS.get(subject.get("type", ""), "the step"),
+        subject=SUBJECT_WORDS.get(subject.get("type", ""), _("the step")),
         name=f"“{subject.get('name', '')}”",
-        outcome=label.lower(),
+        outcome=str(label).lower(),
     )
+    translating = get_language() not in (None, "en")
+    not_observed = [
+        (line, BOUNDARY_TRANSLATIONS.get(line) if translating else None)
+        for line in doc.get("not_observed", [])
+    ]
     # Decisions are internal: the public page says only whether a follow-up exists.
     recorded = latest_follow_up(receipt)
     if recorded is None:
@@ -99,13 +174,15 @@ def page_context(
         "subject": subject,
         "attempt": doc.get("attempt", {"number": 1}),
         "framework": framework,
+        "not_observed": not_observed,
         "links_parent": links.get("parent_receipt_id"),
         "links_children": links.get("child_receipt_ids", []),
         "redactions": doc.get("redactions", []),
         "metadata": sorted(doc.get("metadata", {}).items()),
         "verification": verification,
         "status": status,
-        "failed_checks": [c for c in verification["checks"] if c["result"] == "fail"]
+        "checks": page_checks(verification) if verification else [],
+        "failed_checks": [c for c in page_checks(verification) if c["result"] == "fail"]
         if verification
         else [],
         "handoff": handoff_text(doc, receipt.url, follow_up),

@@ -160,6 +160,8 @@ def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
             subject_name=producer["subject"]["name"],
             outcome=producer.get("outcome"),
             idempotency_key=idempotency_key,
+            framework_name=producer.get("framework", {}).get("name", ""),
+            trace_id=producer.get("trace_id", ""),
             request_hash=request_hash,
             canonical_bytes=data,
             output_hash=sha256_hex(data),

@@ -5,20 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.views.decorators.http import require_GET
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_POST
 
 from receiptsite.problems import problem
+from receiptsite.receipts.forms import DecisionForm
 from receiptsite.receipts.http import (
     capability,
     client_address,
     parse_receipt_id,
     rate_limited,
 )
-from receiptsite.receipts.models import Receipt
+from receiptsite.receipts.models import Receipt, ReviewDecision
 from receiptsite.receipts.presentation import page_context
+from receiptsite.receipts.services import decision_record
 from receiptsite.receipts.verification import verify
 
 
@@ -32,7 +36,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def _is_auditor(request: HttpRequest) -> bool:
-    return bool(request.user.is_authenticated and request.user.is_staff)
+    return bool(request.user.has_perm("receipts.view_reviewdecision"))
 
 
 def _receipt(receipt_id: str) -> Receipt | None:
@@ -42,6 +46,30 @@ def _receipt(receipt_id: str) -> Receipt | None:
     return Receipt.objects.for_verification().filter(public_id=public_id).first()
 
 
+def _can_review(request: HttpRequest) -> bool:
+    return bool(request.user.has_perm("receipts.add_reviewdecision"))
+
+
+def _render_page(
+    request: HttpRequest, receipt: Receipt, *, form: DecisionForm | None = None,
+    partial: str = "", status: int = 200,
+) -> HttpResponse:
+    context = page_context(receipt, verify(receipt), show_follow_up=_is_auditor(request))
+    if _is_auditor(request):
+        # Decisions are internal: only signed-in auditors ever see them.
+        context["decisions"] = list(
+            ReviewDecision.objects.filter(receipt=receipt).select_related(
+                "reviewer", "supersedes", "superseded_by"
+            )
+        )
+        if _can_review(request):
+            context["decision_form"] = form or DecisionForm(receipt=receipt)
+    template = "receipts/receipt.html" + (f"#{partial}" if partial else "")
+    response = render(request, template, context, status=status)
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
 @capability
 @require_GET
 @rate_limited("read", _by_address)
@@ -49,10 +77,37 @@ def receipt_page(request: HttpRequest, receipt_id: str) -> HttpResponse:
     receipt = _receipt(receipt_id)
     if receipt is None:
         return render(request, "404.html", status=404)
-    context = page_context(receipt, verify(receipt), show_follow_up=_is_auditor(request))
-    response = render(request, "receipts/receipt.html", context)
-    response["Vary"] = "Accept-Language, HX-Request"
-    return response
+    # htmx's "Check again" asks for the verification panel alone; a plain link gets the page.
+    htmx = getattr(request, "htmx", False)
+    partial = "verification-panel" if htmx and request.GET.get("part") == "verification" else ""
+    return _render_page(request, receipt, partial=partial)
+
+
+@capability
+@require_POST
+def receipt_decision(request: HttpRequest, receipt_id: str) -> HttpResponse:
+    """Append an auditor's decision from the page (htmx re-renders the decisions list)."""
+    receipt = _receipt(receipt_id)
+    if receipt is None:
+        return render(request, "404.html", status=404)
+    if not _can_review(request):
+        raise PermissionDenied
+    form = DecisionForm(request.POST, receipt=receipt)
+    htmx = getattr(request, "htmx", False)
+    if not form.is_valid():
+        return _render_page(request, receipt, form=form, status=422,
+                            partial="decisions-panel" if htmx else "")
+    decision_record(
+        receipt=receipt,
+        reviewer=request.user,  # type: ignore[arg-type]
+        conclusion=form.cleaned_data["conclusion"],
+        exception_note=form.cleaned_data["exception_note"],
+        follow_up=form.cleaned_data["follow_up"],
+        supersedes=form.cleaned_data["supersedes"],
+    )
+    if htmx:
+        return _render_page(request, receipt, partial="decisions-panel")
+    return redirect(f"/run/{receipt.public_id}#decisions")
 
 
 @capability

@@ -6,6 +6,11 @@
 
 (function () {
   document.documentElement.classList.add("js");
+  // Django's JavaScript catalog (/jsi18n/) supplies gettext/interpolate in the page's language.
+  var gettext = window.gettext || function (text) { return text; };
+  var fmt = function (text, values) {
+    return text.replace(/%\((\w+)\)s/g, function (_, key) { return values[key]; });
+  };
 
   // --- the reader's local time, beside the UTC one -----------------------------------------
   document.querySelectorAll("time[data-local-time]").forEach(function (el) {
@@ -13,7 +18,7 @@
     if (isNaN(when)) return;
     var local = document.createElement("span");
     local.className = "fine";
-    local.textContent = " (" + when.toLocaleString() + " " + (el.dataset.localLabel || "your time") + ")";
+    local.textContent = " (" + when.toLocaleString() + " " + gettext("your time") + ")";
     el.after(local);
   });
 
@@ -25,7 +30,7 @@
       var done = function (ok) {
         var label = button.dataset.label || button.textContent;
         button.dataset.label = label;
-        button.textContent = ok ? "Copied" : "Select the text and copy it";
+        button.textContent = ok ? gettext("Copied") : gettext("Select the text and copy it");
         setTimeout(function () { button.textContent = label; }, 2500);
       };
       if (navigator.clipboard && window.isSecureContext) {
@@ -134,7 +139,7 @@
     item.className = "check-" + result;
     var label = document.createElement("span");
     label.className = "result";
-    label.textContent = result === "pass" ? "pass" : result === "fail" ? "FAIL" : "could not check here";
+    label.textContent = result === "pass" ? gettext("pass") : result === "fail" ? gettext("FAIL") : gettext("could not check here");
     var strong = document.createElement("strong");
     strong.textContent = name;
     item.append(label, " ", strong, ": " + detail);
@@ -146,50 +151,51 @@
     button.disabled = true;
     try {
       if (!window.crypto || !crypto.subtle) {
-        show("all checks", "unchecked", "This browser offers no Web Crypto here (it needs a secure https connection). Use the commands below instead.");
+        show(gettext("all checks"), "unchecked", gettext("This browser offers no Web Crypto here (it needs a secure https connection). Use the commands below instead."));
         return;
       }
       var answer = await (await fetch(panel.dataset.verifyUrl, { credentials: "omit" })).json();
       var keys = await (await fetch(panel.dataset.keysUrl, { credentials: "omit" })).json();
       var bytes = b64decode(answer.canonical_bytes);
       var digest = hex(await sha256(bytes));
-      show("hash", digest === answer.output_hash ? "pass" : "fail",
-        digest === answer.output_hash ? "SHA-256 of the bytes is " + digest + "." : "SHA-256 of the bytes is " + digest + ", not the " + answer.output_hash + " the site states.");
+      show(gettext("hash"), digest === answer.output_hash ? "pass" : "fail",
+        digest === answer.output_hash ? fmt(gettext("SHA-256 of the bytes is %(digest)s."), { digest: digest })
+          : fmt(gettext("SHA-256 of the bytes is %(digest)s, not the %(stated)s the site states."), { digest: digest, stated: answer.output_hash }));
 
       var key = keys.keys.find(function (k) { return k.kid === answer.signature.key_id; });
       var ed25519 = true;
       try {
         if (!key) {
-          show("signature", "fail", "The signing key " + answer.signature.key_id + " is not published.");
+          show(gettext("signature"), "fail", fmt(gettext("The signing key %(kid)s is not published."), { kid: answer.signature.key_id }));
         } else if (key.status === "compromised") {
-          show("signature", "fail", "The signing key is marked compromised.");
+          show(gettext("signature"), "fail", gettext("The signing key is marked compromised."));
         } else {
           var ok = await ed25519Verify(b64urlDecode(key.x), b64decode(answer.signature.value), bytes);
-          show("signature", ok ? "pass" : "fail", ok ? "The Ed25519 signature verifies under the published key." : "The Ed25519 signature does not verify.");
+          show(gettext("signature"), ok ? "pass" : "fail", ok ? gettext("The Ed25519 signature verifies under the published key.") : gettext("The Ed25519 signature does not verify."));
         }
       } catch (e) {
         ed25519 = false;
-        show("signature", "unchecked", "This browser cannot check Ed25519 signatures. Use the commands below instead.");
+        show(gettext("signature"), "unchecked", gettext("This browser cannot check Ed25519 signatures. Use the commands below instead."));
       }
 
       if (!answer.log) {
-        show("log inclusion", "fail", "The site gave no log proof for this receipt.");
+        show(gettext("log inclusion"), "fail", gettext("The site gave no log proof for this receipt."));
         return;
       }
       var log = answer.log;
       var root = b64decode(log.root_hash);
       var included = await verifyInclusion(bytes, log.index, log.tree_size, log.inclusion_proof.map(b64decode), root);
-      show("log inclusion", included ? "pass" : "fail", included ? "Leaf " + log.index + " is in the tree of " + log.tree_size + " receipts." : "The inclusion proof does not lead to the signed root.");
+      show(gettext("log inclusion"), included ? "pass" : "fail", included ? fmt(gettext("Leaf %(index)s is in the tree of %(size)s receipts."), { index: log.index, size: log.tree_size }) : gettext("The inclusion proof does not lead to the signed root."));
       if (!ed25519) {
-        show("checkpoint signature", "unchecked", "This browser cannot check Ed25519 signatures.");
+        show(gettext("checkpoint signature"), "unchecked", gettext("This browser cannot check Ed25519 signatures."));
         return;
       }
       var checked = await verifyNote(log.checkpoint, keys.log.verifier_keys);
       var expected = log.origin + "\n" + log.tree_size + "\n" + log.root_hash + "\n";
       var good = checked.ok && checked.body === expected;
-      show("checkpoint signature", good ? "pass" : "fail", good ? "The checkpoint of size " + log.tree_size + " is signed by a published key." : "The checkpoint's signature or content does not match.");
+      show(gettext("checkpoint signature"), good ? "pass" : "fail", good ? fmt(gettext("The checkpoint of size %(size)s is signed by a published key."), { size: log.tree_size }) : gettext("The checkpoint's signature or content does not match."));
     } catch (error) {
-      show("all checks", "unchecked", "The check could not run here (" + error.message + "). Use the commands below instead.");
+      show(gettext("all checks"), "unchecked", fmt(gettext("The check could not run here (%(error)s). Use the commands below instead."), { error: error.message }));
     } finally {
       button.disabled = false;
     }

@@ -21,6 +21,9 @@ class Command(BaseCommand):
             validate_slug(slug)
         except ValidationError:
             raise CommandError("the slug may hold only letters, digits, - and _") from None
+        max_length = Tenant._meta.get_field("slug").max_length or 50
+        if len(slug) > max_length:
+            raise CommandError(f"the slug must be at most {max_length} characters")
         if not name.strip() or len(name) > 200:
             raise CommandError("--name must be 1 to 200 characters")
         if Tenant.objects.filter(slug=slug).exists():

@@ -1,0 +1,306 @@
+"""Promises under faults (SPEC.md): a real gunicorn on a throwaway PostgreSQL cluster that the
+tests stop and start. The machine's shared PostgreSQL server is never touched.
+
+Runs only when the suite runs on PostgreSQL (DATABASE_URL=postgres://...): the promises are
+about a database server that can go away, which an SQLite file cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import example_body
+from tests.live import LiveSite, Response, free_port, is_postgres, suite_database_url
+
+WORKERS = 3
+DATABASE_TIMEOUT = 2  # seconds: the site's connect timeout (settings read DATABASE_TIMEOUT)
+BOUND = 10.0  # seconds: an answer while the database is down must come within this (a
+# correctness bound, not a benchmark: the promise is "within the configured timeout")
+RECOVERY = 30.0  # seconds the site may take to notice the database is back
+
+
+def _pg_bin() -> Path | None:
+    candidates = [Path("/usr/lib/postgresql/15/bin"), Path("/usr/local/bin")]
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    for directory in candidates:
+        if (directory / "initdb").exists() and (directory / "pg_ctl").exists():
+            return directory
+    found = shutil.which("initdb")
+    return Path(found).parent if found and shutil.which("pg_ctl") else None
+
+
+PG_BIN = _pg_bin()
+
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.skipif(
+        not is_postgres(suite_database_url()),
+        reason="fault tests stop and start a PostgreSQL server (a throwaway cluster of their "
+        "own); they run when the suite runs on PostgreSQL (DATABASE_URL=postgres://...)",
+    ),
+    pytest.mark.skipif(PG_BIN is None, reason="initdb and pg_ctl are not installed"),
+]
+
+
+class ThrowawayCluster:
+    """initdb + pg_ctl on a free loopback port, trust authentication, in a temporary directory.
+
+    initdb refuses to run as root, so as root every PostgreSQL command runs as the `postgres`
+    user (runuser), in a directory owned by it.
+    """
+
+    def __init__(self) -> None:
+        assert PG_BIN is not None
+        self.base = Path(tempfile.mkdtemp(prefix="receiptsite-pg-"))
+        self.data = self.base / "data"
+        self.sockets = self.base / "sockets"
+        self.logfile = self.base / "postgres.log"
+        self.port = free_port()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+        self.sockets.mkdir()
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            for path in (self.base, self.sockets):
+                os.chown(path, owner.pw_uid, owner.pw_gid)
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+
+    def run(self, *args: str, timeout: float = 60) -> str:
+        assert PG_BIN is not None
+        done = subprocess.run(
+            [*self.as_user, str(PG_BIN / args[0]), *args[1:]],
+            capture_output=True,
+            timeout=timeout,
+            cwd=self.base,
+        )
+        output = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(args)} failed ({done.returncode}):\n{output}\n{self.log()}"
+            )
+        return output
+
+    def init(self) -> None:
+        self.run(
+            "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+            "--locale=C", "--no-sync",
+        )  # fmt: skip
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1"
+        self.run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-o", options,
+            "-w", "-t", "60", "start",
+        )  # fmt: skip
+
+    def stop(self, mode: str = "fast") -> None:
+        self.run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def running(self) -> bool:
+        assert PG_BIN is not None
+        done = subprocess.run(
+            [*self.as_user, str(PG_BIN / "pg_ctl"), "-D", str(self.data), "status"],
+            capture_output=True,
+            timeout=30,
+        )
+        return done.returncode == 0
+
+    def remove(self) -> None:
+        try:
+            if self.data.exists() and self.running():
+                self.stop("immediate")
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def log(self) -> str:
+        try:
+            return "--- postgres log ---\n" + self.logfile.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ThrowawayCluster]:
+    cluster = ThrowawayCluster()
+    try:
+        cluster.init()
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture(scope="module")
+def site(cluster: ThrowawayCluster) -> Iterator[LiveSite]:
+    live = LiveSite(
+        workers=WORKERS, server_url=cluster.url, env={"DATABASE_TIMEOUT": str(DATABASE_TIMEOUT)}
+    )
+    with live:
+        yield live
+        # A test that failed half-way may have left the cluster down: the site's database is
+        # dropped from it at the end, so bring it back first.
+        if not cluster.running():
+            cluster.start()
+
+
+def body_for(name: str) -> dict[str, object]:
+    return example_body(
+        workflow_id=f"faults-{name}",
+        idempotency_key=f"faults/{name}/end/1",
+        result=f"result of {name}",
+    )
+
+
+def assert_problem_503(answer: Response, what: str, logs: str) -> None:
+    assert answer.status == 503, (what, answer, logs)
+    assert answer.content_type == "application/problem+json", (what, answer)
+    problem = answer.json()
+    assert problem["status"] == 503, (what, problem)
+    assert problem["type"] and problem["title"] and problem["detail"], (what, problem)
+    assert answer.elapsed < BOUND, (what, f"{answer.elapsed:.2f} s")
+
+
+def test_a_lost_answer_is_found_again_by_replaying_its_key(site: LiveSite) -> None:
+    # The plain case: the answer came, and the producer sends the same request again.
+    body = body_for(f"again-{secrets.token_hex(4)}")
+    first = site.post("/api/receipts", body)
+    assert first.status == 201, (first, site.logs())
+    assert first.headers.get("Idempotent-Replayed") is None
+    again = site.post("/api/receipts", body)
+    assert again.status == 201, again
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert again.body == first.body
+
+    # The answer lost: the whole request is sent, the connection closed before the answer is
+    # read. The commit still happens; the producer, not knowing, replays its key.
+    name = f"lost-{secrets.token_hex(4)}"
+    body = body_for(name)
+    data = json.dumps(body).encode()
+    head = (
+        "POST /api/receipts HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{site.port}\r\n"
+        f"Authorization: Bearer {site.api_key}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", site.port), timeout=10) as connection:
+        connection.sendall(head.encode() + data)
+    listed: list[dict[str, object]] = []
+    deadline = time.monotonic() + 15
+    while not listed and time.monotonic() < deadline:
+        page = site.get(f"/api/receipts?workflow_id={body['workflow_id']}", key=site.api_key)
+        assert page.status == 200, page
+        listed = page.json()["receipts"]
+        time.sleep(0.1)
+    assert len(listed) == 1, (listed, site.logs())
+    replay = site.post("/api/receipts", body)
+    assert replay.status == 201, replay
+    assert replay.headers.get("Idempotent-Replayed") == "true"
+    assert replay.json()["id"] == listed[0]["id"]
+    page = site.get(f"/api/receipts?workflow_id={body['workflow_id']}", key=site.api_key)
+    assert [r["id"] for r in page.json()["receipts"]] == [listed[0]["id"]]
+
+
+def test_while_the_database_is_down_answers_are_503_and_the_site_recovers_by_itself(
+    site: LiveSite, cluster: ThrowawayCluster
+) -> None:
+    run = secrets.token_hex(4)
+    earlier = []
+    for i in range(5):
+        answer = site.post("/api/receipts", body_for(f"{run}-{i}"))
+        assert answer.status == 201, (answer, site.logs())
+        earlier.append(answer.json())
+    size_before = int(site.get("/api/log/checkpoint").text.split("\n")[1])
+    assert site.get("/healthz").status == 200
+
+    cluster.stop("fast")
+    try:
+        # Every worker, one after the other (round robin is not promised, so more than one
+        # round), then many at once.
+        for i in range(2 * WORKERS):
+            assert_problem_503(
+                site.post("/api/receipts", body_for(f"{run}-down-{i}")), "POST", site.logs()
+            )
+            assert_problem_503(site.get("/healthz"), "healthz", site.logs())
+        receipt_id = earlier[0]["id"]
+        for path in (
+            f"/api/receipt/{receipt_id}/verify",
+            f"/api/receipts/{receipt_id}",
+            "/api/receipts",
+            "/api/log/checkpoint",
+        ):
+            assert_problem_503(site.get(path, key=site.api_key), path, site.logs())
+        page = site.get(f"/run/{receipt_id}")
+        assert page.status == 503, (page, site.logs())
+        assert page.elapsed < BOUND
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            answers = list(
+                pool.map(
+                    lambda i: (
+                        site.post("/api/receipts", body_for(f"{run}-burst-{i}"))
+                        if i % 2
+                        else site.get("/healthz")
+                    ),
+                    range(12),
+                    timeout=60,
+                )
+            )
+        for answer in answers:
+            assert_problem_503(answer, "burst", site.logs())
+        burst = time.monotonic() - started
+    finally:
+        cluster.start()
+
+    # Back by itself: no restart of gunicorn, no operator.
+    started = time.monotonic()
+    while True:
+        try:
+            health = site.get("/healthz", timeout=5)
+        except OSError as error:  # a broken connection is as good as a 503 here
+            health = None
+            last = repr(error)
+        else:
+            last = repr(health)
+        if health is not None and health.status == 200:
+            break
+        assert time.monotonic() - started < RECOVERY, (last, site.logs(), cluster.log())
+        time.sleep(0.25)
+    recovery = time.monotonic() - started
+    # Every worker is back (each had its own broken connection).
+    for _ in range(2 * WORKERS):
+        assert site.get("/healthz").status == 200
+
+    new = []
+    for i in range(2 * WORKERS):
+        answer = site.post("/api/receipts", body_for(f"{run}-after-{i}"))
+        assert answer.status == 201, (answer, site.logs())
+        assert answer.headers.get("Idempotent-Replayed") is None
+        new.append(answer.json())
+    # Nothing was stored while the database was down, and nothing answered before was lost.
+    assert [a["log_index"] for a in new] == list(range(size_before, size_before + 2 * WORKERS))
+    for answer in [*earlier, *new]:
+        verdict = site.get(f"/api/receipt/{answer['id']}/verify")
+        assert verdict.status == 200, verdict
+        assert verdict.json()["status"] == "valid", verdict.json()
+        assert verdict.json()["log"]["index"] == answer["log_index"]
+    for i, answer in enumerate(earlier):  # still the same receipts, never stored twice
+        replay = site.post("/api/receipts", body_for(f"{run}-{i}"))
+        assert replay.status == 201 and replay.headers.get("Idempotent-Replayed") == "true"
+        assert replay.json()["id"] == answer["id"]
+    print(f"outage burst answered in {burst:.2f} s; recovered {recovery:.2f} s after restart")
