@@ -69,7 +69,16 @@ def database_from_url(url: str) -> dict[str, object]:
             "PORT": str(parts.port or ""),
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
-            "OPTIONS": {"connect_timeout": DATABASE_TIMEOUT},
+            "OPTIONS": {
+                "connect_timeout": DATABASE_TIMEOUT,
+                # A server that stops answering on an open connection is noticed within
+                # about DATABASE_TIMEOUT seconds too, so requests get their 503 in time.
+                "keepalives": 1,
+                "keepalives_idle": max(1, DATABASE_TIMEOUT // 2),
+                "keepalives_interval": 1,
+                "keepalives_count": 2,
+                "tcp_user_timeout": DATABASE_TIMEOUT * 1000,
+            },
             "TEST": {"NAME": os.environ.get("TEST_DATABASE_NAME") or None},
         }
     raise ImproperlyConfigured("DATABASE_URL must start with sqlite:// or postgres://")

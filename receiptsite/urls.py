@@ -8,6 +8,7 @@ from receiptsite.receipts import api, views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("run/<str:receipt_id>", views.receipt_page, name="receipt-page"),
     path("run/<str:receipt_id>/decisions", views.receipt_decision, name="receipt-decision"),
     path("run/<str:receipt_id>/handoff.txt", views.handoff_text, name="receipt-handoff"),

@@ -39,6 +39,17 @@ def test_it_stores_a_receipt_and_answers_201(producer: Producer) -> None:
     assert receipt.output_hash == answer["output_hash"]
 
 
+def test_producers_need_no_csrf_token(api_key: str) -> None:
+    client = Client(enforce_csrf_checks=True)
+    headers = {"Authorization": f"Bearer {api_key}"}
+    single = client.post("/api/receipts", data=json.dumps(EXAMPLE_BODY),
+                         content_type="application/json", headers=headers)
+    assert single.status_code == 201
+    batch = client.post("/api/receipts/batch", data=json.dumps({"receipts": [EXAMPLE_BODY]}),
+                        content_type="application/json", headers=headers)
+    assert batch.status_code == 200
+
+
 def test_the_document_is_the_producers_fields_plus_the_sites(producer: Producer) -> None:
     answer = producer.publish()
     doc = Receipt.objects.get(public_id=answer["id"]).document()

@@ -118,3 +118,9 @@ def test_forwarded_addresses_count_only_from_trusted_proxies(
     d = untrusted.get(f"/run/{answer['id']}", headers={"X-Forwarded-For": "203.0.113.3"})
     e = untrusted.get(f"/run/{answer['id']}", headers={"X-Forwarded-For": "203.0.113.4"})
     assert [d.status_code, e.status_code] == [200, 429]
+
+
+def test_favicon_ico_redirects_to_the_sites_icon(client: Client, db: None) -> None:
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"] == "/static/favicon.svg"

@@ -11,6 +11,7 @@ from django.core import signing as django_signing
 from django.core.exceptions import RequestDataTooBig
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 
 from receiptsite.integrity import keys as ed25519
 from receiptsite.integrity import note
@@ -129,6 +130,7 @@ def _ingest_one(request: HttpRequest, payload: object) -> Ingested | JsonRespons
 # --- producers and tenant readers ------------------------------------------------------------
 
 
+@csrf_exempt  # bearer keys, no cookies: a cross-site request cannot carry a key
 @methods("GET", "POST")
 @api_key_required
 @rate_limited("ingest", _by_key)
@@ -153,6 +155,7 @@ def _create(request: HttpRequest) -> HttpResponse:
     return response
 
 
+@csrf_exempt  # as above
 @methods("POST")
 @api_key_required
 @rate_limited("ingest", _by_key)

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.template.loader import render_to_string
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
@@ -33,6 +34,12 @@ def _by_address(request: HttpRequest) -> str:
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "home.html")
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico on pages that name no icon (the admin's)."""
+    return redirect(static("favicon.svg"), permanent=True)
 
 
 def _is_auditor(request: HttpRequest) -> bool:

@@ -121,8 +121,10 @@
     var lines = noteText.slice(split + 2).split("\n").filter(Boolean);
     var encoder = new TextEncoder();
     for (var v = 0; v < verifierKeys.length; v++) {
-      var parts = verifierKeys[v].split("+");
-      var name = parts[0], keyId = parts[1], raw = b64decode(parts[2]).slice(1);
+      // name+keyid+base64: the base64 part may itself contain "+", so split twice only.
+      var vkey = verifierKeys[v], first = vkey.indexOf("+"), second = vkey.indexOf("+", first + 1);
+      var name = vkey.slice(0, first), keyId = vkey.slice(first + 1, second);
+      var raw = b64decode(vkey.slice(second + 1)).slice(1);
       for (var l = 0; l < lines.length; l++) {
         var m = /^\u2014 (\S+) (\S+)$/.exec(lines[l]);
         if (!m || m[1] !== name) continue;
