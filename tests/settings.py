@@ -27,4 +27,8 @@ from receiptsite.settings import *  # noqa: E402,F403
 STORAGES["staticfiles"] = {  # noqa: F405
     "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
 }
+# A static root of the suite's own, so that a collectstatic elsewhere (quickstart, the browser
+# tests' live site) never changes the folder WhiteNoise is reading.
+STATIC_ROOT = _dir / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

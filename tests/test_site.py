@@ -124,3 +124,36 @@ def test_favicon_ico_redirects_to_the_sites_icon(client: Client, db: None) -> No
     response = client.get("/favicon.ico")
     assert response.status_code == 301
     assert response["Location"] == "/static/favicon.svg"
+
+
+def test_the_ingest_limit_counts_receipts_not_requests(
+    producer: Producer, settings: Any
+) -> None:
+    from django.core.cache import cache
+
+    from tests.conftest import example_body
+
+    settings.RATE_LIMITS = "ingest=10/0.001"
+    cache.clear()
+    items = [example_body(idempotency_key=f"k{i}") for i in range(8)]
+    first = producer.post({"receipts": items}, path="/api/receipts/batch")
+    assert first.status_code == 200
+    second = producer.post({"receipts": items[:4]}, path="/api/receipts/batch")
+    assert second.status_code == 429  # 8 of 10 used; 4 more do not fit
+    assert producer.post(example_body(idempotency_key="one")).status_code == 201
+    # Reading the tenant's receipts draws on another bucket.
+    assert producer.get("/api/receipts").status_code == 200
+
+
+def test_the_default_limits_allow_a_burst_of_100_receipts(
+    producer: Producer, settings: Any
+) -> None:
+    from django.core.cache import cache
+
+    from tests.conftest import example_body
+
+    settings.RATE_LIMITS = "on"
+    cache.clear()
+    statuses = {producer.post(example_body(idempotency_key=f"b{i}")).status_code
+                for i in range(100)}
+    assert statuses == {201}

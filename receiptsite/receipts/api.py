@@ -27,6 +27,7 @@ from receiptsite.receipts.http import (
     parse_receipt_id,
     public_json,
     rate_limited,
+    throttle,
 )
 from receiptsite.receipts.models import Receipt, SigningKey, format_timestamp
 from receiptsite.receipts.openapi import OPENAPI
@@ -133,11 +134,11 @@ def _ingest_one(request: HttpRequest, payload: object) -> Ingested | JsonRespons
 @csrf_exempt  # bearer keys, no cookies: a cross-site request cannot carry a key
 @methods("GET", "POST")
 @api_key_required
-@rate_limited("ingest", _by_key)
 def receipts(request: HttpRequest) -> HttpResponse:
+    # Producers' writes and tenant reads draw from different buckets of the same key.
     if request.method == "POST":
-        return _create(request)
-    return _list(request)
+        return throttle(request, "ingest", _by_key(request)) or _create(request)
+    return throttle(request, "read", _by_key(request)) or _list(request)
 
 
 def _create(request: HttpRequest) -> HttpResponse:
@@ -179,6 +180,10 @@ def receipts_batch(request: HttpRequest) -> HttpResponse:
             errors=[{"field": "/receipts", "message": "must be a list of 1 to "
                      f"{settings.BATCH_MAX_ITEMS} receipts, the only key of the body"}],
         )
+    # The ingest limit counts receipts: the request took one token, each further item takes one.
+    limited = throttle(request, "ingest", _by_key(request), cost=len(items) - 1)
+    if limited:
+        return limited
     results = []
     for item in items:
         size = len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode())

@@ -130,37 +130,45 @@ def client_address(request: HttpRequest) -> str:
     return address
 
 
+def throttle(request: HttpRequest, scope: str, who: str, cost: int = 1) -> HttpResponse | None:
+    """Take `cost` tokens from `who`'s bucket in `scope`; the 429 answer when there are too
+    few. A cost above the burst is charged as the whole burst, so it can pass once full."""
+    limits = _limits()
+    if limits is None or scope not in limits:
+        return None
+    burst, rate = limits[scope]
+    wait = _take(f"rl:{scope}:{who}", burst, rate, min(float(cost), burst))
+    if wait <= 0:
+        return None
+    seconds = int(wait) + 1
+    response = problem(
+        429, "rate-limited", "Too many requests", f"Slow down: try again in {seconds} second(s)."
+    )
+    response["Retry-After"] = str(seconds)
+    return response
+
+
 def rate_limited(scope: str, who: Callable[[HttpRequest], str]) -> Callable[[View], View]:
+    """One token per request from `who(request)`'s bucket in `scope`."""
+
     def decorator(view: View) -> View:
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            limits = _limits()
-            if limits is not None and scope in limits:
-                burst, rate = limits[scope]
-                wait = _take(f"rl:{scope}:{who(request)}", burst, rate)
-                if wait > 0:
-                    response = problem(
-                        429,
-                        "rate-limited",
-                        "Too many requests",
-                        f"Slow down: try again in {int(wait) + 1} second(s).",
-                    )
-                    response["Retry-After"] = str(int(wait) + 1)
-                    return response
-            return view(request, *args, **kwargs)
+            return throttle(request, scope, who(request)) or view(request, *args, **kwargs)
 
         return wrapper
 
     return decorator
 
 
-def _take(key: str, burst: float, rate: float) -> float:
-    """Take one token; return 0 when allowed, else the seconds until a token is free."""
+def _take(key: str, burst: float, rate: float, cost: float) -> float:
+    """Take `cost` tokens; return 0 when allowed, else the seconds until enough are free."""
     now = time.monotonic()
     tokens, stamp = cache.get(key, (burst, now))
     tokens = min(burst, tokens + (now - stamp) * rate)
-    if tokens < 1:
-        cache.set(key, (tokens, now), timeout=int(burst / rate) + 60)
-        return (1 - tokens) / rate
-    cache.set(key, (tokens - 1, now), timeout=int(burst / rate) + 60)
+    timeout = int(burst / rate) + 60
+    if tokens < cost:
+        cache.set(key, (tokens, now), timeout=timeout)
+        return (cost - tokens) / rate
+    cache.set(key, (tokens - cost, now), timeout=timeout)
     return 0.0
