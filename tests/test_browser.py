@@ -65,23 +65,25 @@ def tamper_live(site: LiveSite, receipt_id: str) -> None:
 
         with psycopg.connect(site.database_url.replace("postgres://", "postgresql://"),
                              autocommit=True) as conn:
-            data = conn.execute("SELECT canonical_bytes FROM receipts_receipt WHERE "
-                                "public_id = %s", [receipt_id]).fetchone()[0]
+            found = conn.execute("SELECT canonical_bytes FROM receipts_receipt WHERE "
+                                 "public_id = %s", [receipt_id]).fetchone()
+            assert found is not None, "the receipt is not in the live database"
+            data = found[0]
             conn.execute(sql_drop_pg)
             conn.execute(update.format(placeholder="%s", id="%s"),
                          [bytes(data).replace(b"12 findings", b"13 findings"), receipt_id])
     else:
         path = site.database_url[len("sqlite:///"):]
-        conn = sqlite3.connect(path)
+        db = sqlite3.connect(path)
         hex_id = receipt_id.replace("-", "")
-        row = conn.execute("SELECT canonical_bytes FROM receipts_receipt WHERE public_id = ?",
+        row = db.execute("SELECT canonical_bytes FROM receipts_receipt WHERE public_id = ?",
                            [hex_id]).fetchone()
         assert row is not None, "the receipt is not in the live database"
-        conn.execute(sql_drop_sqlite)
-        conn.execute(update.format(placeholder="?", id="?"),
-                     [bytes(row[0]).replace(b"12 findings", b"13 findings"), hex_id])
-        conn.commit()
-        conn.close()
+        db.execute(sql_drop_sqlite)
+        db.execute(update.format(placeholder="?", id="?"),
+                   [bytes(row[0]).replace(b"12 findings", b"13 findings"), hex_id])
+        db.commit()
+        db.close()
 
 
 def awkward_signing_key(folder: Path) -> Path:

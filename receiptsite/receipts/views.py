@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.templatetags.static import static
 from django.template.loader import render_to_string
+from django.templatetags.static import static
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 
