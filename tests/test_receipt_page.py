@@ -67,7 +67,8 @@ def test_linked_receipts_are_links(producer: Producer, client: Client) -> None:
         idempotency_key="parent", phase="completion",
         links={"child_idempotency_keys": ["child"]},
     )
-    assert f'href="/run/{child["id"]}"' in page(client, parent["id"])
+    html = page(client, parent["id"])
+    assert f'href="/run/{child["id"]}">website_audit (end, succeeded)</a>' in html
 
 
 def test_a_tampered_receipt_shows_a_warning_in_plain_words(

@@ -163,6 +163,20 @@ def page_context(
     else:
         follow_up = "recorded by the auditors (not shown publicly)"
     links = doc.get("links", {})
+    linked_ids = [i for i in [links.get("parent_receipt_id"), *links.get("child_receipt_ids", [])]
+                  if i]
+    # One query names every linked receipt (same tenant by construction of the links).
+    named = {
+        str(public_id): (subject_name, phase, outcome)
+        for public_id, subject_name, phase, outcome in Receipt.objects.filter(
+            tenant_id=receipt.tenant_id, public_id__in=linked_ids
+        ).values_list("public_id", "subject_name", "phase", "outcome")
+    } if linked_ids else {}
+
+    def describe(receipt_id: str) -> dict[str, Any]:
+        subject_name, phase, outcome = named.get(receipt_id, ("", "", None))
+        label = OUTCOME_WORDS.get(outcome, OUTCOME_WORDS["uncertain"])[0] if phase else ""
+        return {"id": receipt_id, "subject": subject_name, "phase": phase, "outcome": label}
     status = verification["status"] if verification else None
     return {
         "receipt": receipt,
@@ -175,8 +189,10 @@ def page_context(
         "attempt": doc.get("attempt", {"number": 1}),
         "framework": framework,
         "not_observed": not_observed,
-        "links_parent": links.get("parent_receipt_id"),
-        "links_children": links.get("child_receipt_ids", []),
+        "links_parent": describe(links["parent_receipt_id"])
+        if links.get("parent_receipt_id")
+        else None,
+        "links_children": [describe(i) for i in links.get("child_receipt_ids", [])],
         "redactions": doc.get("redactions", []),
         "metadata": sorted(doc.get("metadata", {}).items()),
         "verification": verification,
