@@ -14,30 +14,10 @@ from django.test import Client
 
 from receiptsite.receipts import signing
 from receiptsite.receipts.models import ApiKey, Receipt, Tenant
+from tests.examples import EXAMPLE_BODY
 
-# The request body of EXAMPLES.md section 1.
-EXAMPLE_BODY: dict[str, Any] = {
-    "workflow_id": "wf-7f3a",
-    "step_id": "audit-site",
-    "attempt": {
-        "number": 2,
-        "prior_attempt_id": "wf-7f3a/audit-site/1",
-        "retry_reason": "timeout",
-    },
-    "phase": "end",
-    "subject": {"type": "tool", "name": "website_audit"},
-    "framework": {"name": "langchain", "run_id": "9b1d6c2e", "parent_run_id": "44aa01f3"},
-    "outcome": "succeeded",
-    "started_at": "2026-11-30T14:30:00Z",
-    "ended_at": "2026-11-30T14:31:07Z",
-    "duration_ms": 67000,
-    "input_summary": '{"url": "https://example.org"}',
-    "result": "12 findings",
-    "observed": ["The audit tool returned 12 findings."],
-    "not_observed": ["Whether the findings were sent to the client."],
-    "idempotency_key": "wf-7f3a/audit-site/end/2",
-    "metadata": {"ticket": "OPS-118"},
-}
+SITE = "https://receipts.example.org"
+
 
 
 def example_body(**changes: Any) -> dict[str, Any]:
@@ -131,6 +111,17 @@ def tamper(receipt_id: str, **columns: Any) -> None:
     """Change a stored receipt behind the site's back."""
     lift_guard("receipts_receipt")
     Receipt.objects.filter(public_id=receipt_id).update(**columns)
+
+
+def assert_problem(response: Any, status: int, slug: str) -> dict[str, Any]:
+    """An RFC 9457 problem answer with this status and type."""
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert body["type"] == f"{SITE}/problems/{slug}"
+    assert body["status"] == status
+    assert body["title"] and body["detail"]
+    return body
 
 
 def count_receipts() -> int:

@@ -9,21 +9,13 @@ import pytest
 from django.test import Client
 
 from receiptsite.receipts.models import ApiKey, Receipt
-from tests.conftest import EXAMPLE_BODY, Producer, count_receipts, example_body
+from tests.conftest import EXAMPLE_BODY, Producer, assert_problem, count_receipts, example_body
 
 SITE = "https://receipts.example.org"
 BATCH = "/api/receipts/batch"
 ANSWER_KEYS = {"id", "url", "verify_url", "output_hash", "recorded_at", "log_index"}
 
 
-def assert_problem(response: Any, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/problem+json"
-    body: dict[str, Any] = response.json()
-    assert body["type"] == f"{SITE}/problems/{slug}"
-    assert body["status"] == status
-    assert body["title"] and body["detail"]
-    return body
 
 
 def assert_item_problem(item: dict[str, Any], status: int, slug: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from receiptsite.receipts.models import ApiKey, Receipt
-from tests.conftest import EXAMPLE_BODY, Producer, count_receipts
+from tests.conftest import EXAMPLE_BODY, Producer, assert_problem, count_receipts
 
 SITE = "https://receipts.example.org"
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
@@ -20,14 +20,6 @@ CAPABILITY = {
 }
 
 
-def assert_problem(response: Any, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/problem+json"
-    body: dict[str, Any] = response.json()
-    assert body["type"] == f"{SITE}/problems/{slug}"
-    assert body["status"] == status
-    assert body["title"] and body["detail"]
-    return body
 
 
 def assert_capability_headers(response: Any) -> None:

@@ -12,7 +12,7 @@ from django.test import Client
 
 from receiptsite.receipts import services
 from receiptsite.receipts.models import ApiKey
-from tests.conftest import Producer
+from tests.conftest import Producer, assert_problem
 
 SITE = "https://receipts.example.org"
 SUMMARY_KEYS = [
@@ -21,14 +21,6 @@ SUMMARY_KEYS = [
 ]
 
 
-def assert_problem(response: Any, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/problem+json"
-    body: dict[str, Any] = response.json()
-    assert body["type"] == f"{SITE}/problems/{slug}"
-    assert body["status"] == status
-    assert body["title"] and body["detail"]
-    return body
 
 
 def listed(producer: Producer, query: str = "") -> dict[str, Any]:

@@ -10,19 +10,11 @@ from django.test import Client
 
 from receiptsite.receipts.document import BOUNDARY
 from receiptsite.receipts.models import ApiKey, Receipt
-from tests.conftest import EXAMPLE_BODY, Producer, count_receipts, example_body
+from tests.conftest import EXAMPLE_BODY, Producer, assert_problem, count_receipts, example_body
 
 SITE = "https://receipts.example.org"
 
 
-def assert_problem(response: Any, status: int, slug: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/problem+json"
-    body: dict[str, Any] = response.json()
-    assert body["type"] == f"{SITE}/problems/{slug}"
-    assert body["status"] == status
-    assert body["title"] and body["detail"]
-    return body
 
 
 def test_it_stores_a_receipt_and_answers_201(producer: Producer) -> None:

@@ -101,13 +101,16 @@ class ReceiptQuerySet(models.QuerySet["Receipt"]):
         return self.select_related("tenant", "signing_key", "log_entry")
 
 
-class Summary(TypedDict):
+class IngestAnswer(TypedDict):
     id: str
     url: str
     verify_url: str
     output_hash: str
     recorded_at: str
     log_index: int | None
+
+
+class Summary(IngestAnswer):
     workflow_id: str
     phase: str
     subject: dict[str, Any]
@@ -182,7 +185,7 @@ class Receipt(models.Model):
         doc: dict[str, Any] = json.loads(self.raw_bytes())
         return doc
 
-    def ingest_answer(self) -> dict[str, Any]:
+    def ingest_answer(self) -> IngestAnswer:
         return {
             "id": self.uuid,
             "url": self.url,
@@ -195,12 +198,7 @@ class Receipt(models.Model):
     def summary(self, document: dict[str, Any] | None = None) -> Summary:
         doc = document if document is not None else self.document()
         return {
-            "id": self.uuid,
-            "url": self.url,
-            "verify_url": self.verify_url,
-            "output_hash": self.output_hash,
-            "recorded_at": format_timestamp(self.recorded_at),
-            "log_index": self.log_index,
+            **self.ingest_answer(),
             "workflow_id": self.workflow_id,
             "phase": self.phase,
             "subject": doc.get("subject", {}),

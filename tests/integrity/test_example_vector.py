@@ -14,27 +14,10 @@ from receiptsite.integrity.note import (
     verifier_key,
     verify_note,
 )
+from tests.examples import EXAMPLE_CANONICAL_B64, EXAMPLE_HASH
 
-CANONICAL_B64 = (
-    "eyJhdHRlbXB0Ijp7Im51bWJlciI6MiwicHJpb3JfYXR0ZW1wdF9pZCI6IndmLTdmM2EvYXVkaXQtc2l0ZS8xIiwi"
-    "cmV0cnlfcmVhc29uIjoidGltZW91dCJ9LCJkdXJhdGlvbl9tcyI6NjcwMDAsImVuZGVkX2F0IjoiMjAyNi0xMS0z"
-    "MFQxNDozMTowN1oiLCJmcmFtZXdvcmsiOnsibmFtZSI6ImxhbmdjaGFpbiIsInBhcmVudF9ydW5faWQiOiI0NGFh"
-    "MDFmMyIsInJ1bl9pZCI6IjliMWQ2YzJlIn0sImlkIjoiZjUyNDVkMjItZTY1MC00OWFlLTg4NzYtZjFhMzM1ZjMw"
-    "OWJjIiwiaWRlbXBvdGVuY3lfa2V5Ijoid2YtN2YzYS9hdWRpdC1zaXRlL2VuZC8yIiwiaW5wdXRfc3VtbWFyeSI6"
-    "IntcInVybFwiOiBcImh0dHBzOi8vZXhhbXBsZS5vcmdcIn0iLCJtZXRhZGF0YSI6eyJ0aWNrZXQiOiJPUFMtMTE4"
-    "In0sIm5vdF9vYnNlcnZlZCI6WyJXaGV0aGVyIHRoZSBmaW5kaW5ncyB3ZXJlIHNlbnQgdG8gdGhlIGNsaWVudC4i"
-    "LCJUaGlzIHJlY29yZHMgd2hhdCB0aGUgYWdlbnQgcnVudGltZSByZXBvcnRlZCB0byB0aGlzIHNpdGUuIEl0IGRv"
-    "ZXMgbm90IHNob3cgdGhhdCBhbnkgZWZmZWN0IG91dHNpZGUgdGhhdCByZXBvcnQgaGFwcGVuZWQgKGFuIGVtYWls"
-    "IHJlY2VpdmVkLCBhIHBheW1lbnQgc2V0dGxlZCwgYSB3cml0ZSBhY2NlcHRlZCkuIl0sIm9ic2VydmVkIjpbIlRo"
-    "ZSBhdWRpdCB0b29sIHJldHVybmVkIDEyIGZpbmRpbmdzLiJdLCJvdXRjb21lIjoic3VjY2VlZGVkIiwicGhhc2Ui"
-    "OiJlbmQiLCJwdWJsaXNoZXIiOnsia2V5X3ByZWZpeCI6InJrXzZkYWM4YTY2OTgxMCJ9LCJyZWNvcmRlZF9hdCI6"
-    "IjIwMjYtMTEtMzBUMDk6MzE6NDIuMDYyNzk3WiIsInJlZGFjdGlvbnMiOltdLCJyZXN1bHQiOiIxMiBmaW5kaW5n"
-    "cyIsInNjaGVtYSI6InJlY2VpcHQvdjEiLCJzdGFydGVkX2F0IjoiMjAyNi0xMS0zMFQxNDozMDowMFoiLCJzdGVw"
-    "X2lkIjoiYXVkaXQtc2l0ZSIsInN1YmplY3QiOnsibmFtZSI6IndlYnNpdGVfYXVkaXQiLCJ0eXBlIjoidG9vbCJ9"
-    "LCJ0ZW5hbnQiOnsibmFtZSI6IkFjbWUgQ29ycCIsInNsdWciOiJhY21lIn0sIndvcmtmbG93X2lkIjoid2YtN2Yz"
-    "YSJ9"
-)
-OUTPUT_HASH = "9b987c45764fb26a9fee427046344c07176d05d7e8f36d7ff1196794c8a54534"
+CANONICAL_B64 = EXAMPLE_CANONICAL_B64
+OUTPUT_HASH = EXAMPLE_HASH
 SIGNATURE = (
     "y2nPdo46jhf0M2x2Ef4R2B/uev8Vso8Lx2lw+fRxKz7gk+OsfaQZemEKa/34P7nnAbZpBKX54hZ77z0fb+UcDA=="
 )
