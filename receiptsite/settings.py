@@ -130,8 +130,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "receiptsite.middleware.RequestIDMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before WhiteNoise, so that static files carry the CSP too (every response does).
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "receiptsite.middleware.QueryLanguageMiddleware",

@@ -31,4 +31,5 @@ STORAGES["staticfiles"] = {  # noqa: F405
 # tests' live site) never changes the folder WhiteNoise is reading.
 STATIC_ROOT = _dir / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)
+WHITENOISE_USE_FINDERS = True  # serve static files from their sources, no collectstatic
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

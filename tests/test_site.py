@@ -157,3 +157,11 @@ def test_the_default_limits_allow_a_burst_of_100_receipts(
     statuses = {producer.post(example_body(idempotency_key=f"b{i}")).status_code
                 for i in range(100)}
     assert statuses == {201}
+
+
+def test_static_files_carry_the_site_headers_too(client: Client, db: None) -> None:
+    response = client.get("/static/css/site.css")
+    assert response.status_code == 200
+    assert response["X-Request-ID"]
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert "script-src 'self'" in response["Content-Security-Policy"]
