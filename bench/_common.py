@@ -21,6 +21,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -130,18 +131,18 @@ def machine() -> str:
 # --- statistics ----------------------------------------------------------------------------
 
 
-def percentile(values: list[float], fraction: float) -> float:
+def percentile(values: Sequence[float], fraction: float) -> float:
     """Nearest-rank percentile (fraction in [0, 1])."""
     ordered = sorted(values)
     rank = max(1, min(len(ordered), round(fraction * len(ordered) + 0.5)))
     return ordered[rank - 1]
 
 
-def mean(values: list[float]) -> float:
+def mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
-def median(values: list[float]) -> float:
+def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 

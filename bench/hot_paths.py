@@ -14,17 +14,18 @@ Run from the repository root:
 Baseline: a minimal view returning a fixed JsonResponse({"ok": true}), routed through the same
 middleware stack (settings.MIDDLEWARE, unchanged) by a temporary URLconf made in this script
 (the project's urlpatterns plus /bench/baseline; nothing is added to the project). Every ratio
-is to that baseline, measured in the same run; the baseline is measured again at the end to
-show drift.
+is to that baseline, measured in the same run.
 
-For each path: `--warmup` untimed requests, then `--requests` timed ones, one after another in
-this one process (a single client, no server, no network: the figures are Django's in-process
-cost, not a load test). Printed: requests per second (timed requests / their total time), mean
-and p95 latency, SQL queries per request (django.test.utils.CaptureQueriesContext, on 20 more
-requests, with the SQL of one of them listed), and peak memory per request (tracemalloc, on 20
-more requests: the peak of Python allocations during the request above what was allocated
-before it). Every answer is checked (201 for ingest, 200 and "status": "valid" for verify, 200
-and no tamper warning for the page); the script exits 1 if one is wrong.
+For each path: `--warmup` untimed requests, then `--requests` timed ones, in this one process
+(a single client, no server, no network: the figures are Django's in-process cost, not a load
+test). The timed requests of the four paths are interleaved, 10 of one path then 10 of the
+next, so that other load on the machine slows every path alike. Printed: requests per second
+(timed requests / their total time), mean and p95 latency, SQL queries per request
+(django.test.utils.CaptureQueriesContext, on 20 more requests, with the SQL of one of them
+listed), and peak memory per request (tracemalloc, on 20 more requests: the peak of Python
+allocations during the request above what was allocated before it). Every answer is checked
+(201 for ingest, 200 and "status": "valid" for verify, 200 and no tamper warning for the
+page); the script exits 1 if one is wrong.
 
 The test Client does not enforce CSRF checks, which is how the test suite calls the API. A
 real producer's POST has no CSRF cookie, so the script also sends one POST with CSRF checks
@@ -40,6 +41,7 @@ import argparse
 import copy
 import gc
 import json
+import os
 import random
 import sys
 import time
@@ -55,6 +57,7 @@ import _common  # noqa: E402
 from _common import mean, percentile  # noqa: E402
 
 URLCONF = "bench_hot_paths_urls"
+ROUND = 10  # requests of one path before the next path's turn
 
 # The request body of SPEC's EXAMPLES.md (as in tests/conftest.py); each request gets its own
 # idempotency key and workflow id.
@@ -131,67 +134,84 @@ def install_baseline_urlconf() -> None:
     clear_url_caches()
 
 
-def run(
-    name: str,
-    route: str,
-    client: Any,
-    requests: Callable[[], Request],
-    check: Callable[[Request, Any], None],
-    args: argparse.Namespace,
-) -> Result:
+def send(client: Any, request: Request) -> Any:
+    return client.generic(
+        request.method,
+        request.path,
+        request.data,
+        content_type="application/json",
+        headers=request.headers,
+    )
+
+
+@dataclass
+class Path_:
+    name: str
+    route: str
+    make: Callable[[], Request]
+    check: Callable[[Request, Any], None]
+
+
+def measure(paths: list[Path_], client: Any, args: argparse.Namespace) -> list[Result]:
+    """Warm up every path, then time them interleaved: rounds of `ROUND` requests of each path
+    in turn, so that whatever else runs on the machine slows every path alike and the ratios
+    stay fair. Then count queries and trace memory, path by path."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    def send(request: Request) -> Any:
-        return client.generic(
-            request.method,
-            request.path,
-            request.data,
-            content_type="application/json",
-            headers=request.headers,
-        )
+    for path in paths:
+        for _ in range(args.warmup):
+            request = path.make()
+            path.check(request, send(client, request))
 
-    for _ in range(args.warmup):
-        request = requests()
-        check(request, send(request))
+    times: dict[str, list[float]] = {path.name: [] for path in paths}
+    done = 0
+    while done < args.requests:
+        batch = min(ROUND, args.requests - done)
+        for path in paths:
+            prepared = [path.make() for _ in range(batch)]
+            answers = []
+            for request in prepared:
+                start = time.perf_counter()
+                response = send(client, request)
+                times[path.name].append(time.perf_counter() - start)
+                answers.append(response)
+            for request, response in zip(prepared, answers, strict=True):
+                path.check(request, response)
+        done += batch
 
-    prepared = [requests() for _ in range(args.requests)]
-    times: list[float] = []
-    responses = []
-    for request in prepared:
-        start = time.perf_counter()
-        response = send(request)
-        times.append(time.perf_counter() - start)
-        responses.append(response)
-    for request, response in zip(prepared, responses, strict=True):
-        check(request, response)
-    del responses
+    results = []
+    for path in paths:
+        queries: list[int] = []
+        sample: list[str] = []
+        for j in range(args.sample_requests):
+            request = path.make()
+            with CaptureQueriesContext(connection) as captured:
+                path.check(request, send(client, request))
+            queries.append(len(captured.captured_queries))
+            if j == args.sample_requests - 1:
+                sample = [q["sql"] for q in captured.captured_queries]
 
-    queries: list[int] = []
-    sample: list[str] = []
-    for j in range(args.sample_requests):
-        request = requests()
-        with CaptureQueriesContext(connection) as captured:
-            check(request, send(request))
-        queries.append(len(captured.captured_queries))
-        if j == args.sample_requests - 1:
-            sample = [q["sql"] for q in captured.captured_queries]
+        peaks: list[int] = []
+        gc.collect()
+        tracemalloc.start()
+        try:
+            for _ in range(args.sample_requests):
+                request = path.make()
+                tracemalloc.reset_peak()
+                before = tracemalloc.get_traced_memory()[0]
+                response = send(client, request)
+                peaks.append(tracemalloc.get_traced_memory()[1] - before)
+                path.check(request, response)
+                del response
+        finally:
+            tracemalloc.stop()
+        results.append(Result(path.name, path.route, times[path.name], queries, sample, peaks))
+    return results
 
-    peaks: list[int] = []
-    gc.collect()
-    tracemalloc.start()
-    try:
-        for _ in range(args.sample_requests):
-            request = requests()
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            response = send(request)
-            peaks.append(tracemalloc.get_traced_memory()[1] - before)
-            check(request, response)
-            del response
-    finally:
-        tracemalloc.stop()
-    return Result(name, route, times, queries, sample, peaks)
+
+def load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def expect(condition: bool, request: Request, message: str) -> None:
@@ -204,8 +224,12 @@ def main() -> int:
     parser.add_argument("--receipts", type=int, default=3000, help="receipts stored before")
     parser.add_argument("--requests", type=int, default=300, help="timed requests per path")
     parser.add_argument("--warmup", type=int, default=20, help="untimed requests per path first")
-    parser.add_argument("--sample-requests", type=int, default=20,
-                        help="requests per path for query counts and for tracemalloc")
+    parser.add_argument(
+        "--sample-requests",
+        type=int,
+        default=20,
+        help="requests per path for query counts and for tracemalloc",
+    )
     parser.add_argument("--seed", type=int, default=7)
     _common.add_database_argument(parser)
     args = parser.parse_args()
@@ -222,8 +246,10 @@ def main() -> int:
 
     print(f"hot_paths: {_common.machine()}")
     print(f"database: {description}")
-    print(f"middleware: {len(settings.MIDDLEWARE)} classes (settings.MIDDLEWARE, unchanged); "
-          f"RATE_LIMITS={settings.RATE_LIMITS}; DEBUG={settings.DEBUG}")
+    print(
+        f"middleware: {len(settings.MIDDLEWARE)} classes (settings.MIDDLEWARE, unchanged); "
+        f"RATE_LIMITS={settings.RATE_LIMITS}; DEBUG={settings.DEBUG}"
+    )
 
     tenant = Tenant.objects.create(slug="acme", name="Acme Corp")
     key_row, raw_key = ApiKey.issue(tenant)
@@ -232,8 +258,11 @@ def main() -> int:
         receipt_ingest(api_key=key_row, payload=body(n, "seed"))
     seeded = time.perf_counter() - start
     ids = [str(u) for u in Receipt.objects.values_list("public_id", flat=True)]
-    print(f"seeded {len(ids):,} receipts with services.receipt_ingest in {seeded:.1f} s "
-          f"({seeded / max(1, len(ids)) * 1000:.2f} ms each); log size {LogEntry.objects.count():,}")
+    each = seeded / max(1, len(ids)) * 1000
+    print(
+        f"seeded {len(ids):,} receipts with services.receipt_ingest in {seeded:.1f} s "
+        f"({each:.2f} ms each); log size {LogEntry.objects.count():,}"
+    )
 
     rng = random.Random(args.seed)
     auth = {"Authorization": f"Bearer {raw_key}"}
@@ -243,16 +272,22 @@ def main() -> int:
         return Request("GET", "/bench/baseline")
 
     def baseline_check(request: Request, response: Any) -> None:
-        expect(response.status_code == 200 and response.json() == {"ok": True}, request,
-               f"baseline answered {response.status_code}")
+        expect(
+            response.status_code == 200 and response.json() == {"ok": True},
+            request,
+            f"baseline answered {response.status_code}",
+        )
 
     def ingest_request() -> Request:
         data = json.dumps(body(next(counter), "bench")).encode()
         return Request("POST", "/api/receipts", data, auth)
 
     def ingest_check(request: Request, response: Any) -> None:
-        expect(response.status_code == 201, request,
-               f"answered {response.status_code}: {response.content[:300]!r}")
+        expect(
+            response.status_code == 201,
+            request,
+            f"answered {response.status_code}: {response.content[:300]!r}",
+        )
         answer = response.json()
         expect(isinstance(answer.get("log_index"), int), request, "no log_index in the answer")
         expect(response.get("Idempotent-Replayed") is None, request, "replayed, not stored")
@@ -264,8 +299,11 @@ def main() -> int:
         expect(response.status_code == 200, request, f"answered {response.status_code}")
         answer = response.json()
         failed = [c["name"] for c in answer["checks"] if c["result"] != "pass"]
-        expect(answer["status"] == "valid", request,
-               f"status {answer['status']!r}, checks not passing: {failed}")
+        expect(
+            answer["status"] == "valid",
+            request,
+            f"status {answer['status']!r}, checks not passing: {failed}",
+        )
         expect(request.path.split("/")[3] == answer["receipt_id"], request, "another receipt")
 
     def page_request() -> Request:
@@ -278,45 +316,51 @@ def main() -> int:
         expect("alert-bad" not in html, request, "the page warns that the receipt is invalid")
 
     client = Client()
-    print(f"{args.requests} timed requests per path after {args.warmup} warm-ups; "
-          f"{args.sample_requests} more for queries and {args.sample_requests} for tracemalloc\n")
-    results: list[Result] = []
+    print(
+        f"{args.requests} timed requests per path after {args.warmup} warm-ups, interleaved "
+        f"in rounds of {ROUND} per path; {args.sample_requests} more for queries and "
+        f"{args.sample_requests} for tracemalloc; load average before: {load()}"
+    )
+    paths = [
+        Path_("baseline", "GET /bench/baseline", baseline_request, baseline_check),
+        Path_("ingest", "POST /api/receipts", ingest_request, ingest_check),
+        Path_("verify", "GET /api/receipt/<id>/verify", verify_request, verify_check),
+        Path_("page", "GET /run/<id>", page_request, page_check),
+    ]
     try:
-        plan = [
-            ("baseline", "GET /bench/baseline", baseline_request, baseline_check),
-            ("ingest", "POST /api/receipts", ingest_request, ingest_check),
-            ("verify", "GET /api/receipt/<id>/verify", verify_request, verify_check),
-            ("page", "GET /run/<id>", page_request, page_check),
-            ("baseline (again)", "GET /bench/baseline", baseline_request, baseline_check),
-        ]
-        for name, route, make, check in plan:
-            result = run(name, route, client, make, check, args)
-            results.append(result)
-            print(f"  {name:<17} {result.rps:8.1f} req/s  mean {mean(result.times)*1e3:7.3f} ms")
+        results = measure(paths, client, args)
     except WrongAnswer as error:
         print(f"\nWRONG ANSWER: {error}", file=sys.stderr)
         return 1
+    print(f"load average after: {load()}")
 
     base = results[0]
     base_mean = mean(base.times)
     base_peak = max(base.peaks)
     print()
-    print(f"{'path':<17} {'route':<30} {'req/s':>8} {'mean ms':>8} {'p95 ms':>8} "
-          f"{'x base':>7} {'queries':>9} {'peak KiB':>9} {'x base':>7}")
+    print(
+        f"{'path':<17} {'route':<30} {'req/s':>8} {'mean ms':>8} {'p95 ms':>8} "
+        f"{'x base':>7} {'queries':>9} {'peak KiB':>9} {'x base':>7}"
+    )
     for r in results:
         q_mean = mean(r.queries)
-        q_text = (f"{q_mean:.0f}" if min(r.queries) == max(r.queries)
-                  else f"{min(r.queries)}-{max(r.queries)}")
+        q_text = (
+            f"{q_mean:.0f}"
+            if min(r.queries) == max(r.queries)
+            else f"{min(r.queries)}-{max(r.queries)}"
+        )
         print(
-            f"{r.name:<17} {r.route:<30} {r.rps:>8.1f} {mean(r.times)*1e3:>8.3f} "
-            f"{percentile(r.times, .95)*1e3:>8.3f} {mean(r.times) / base_mean:>7.1f} "
+            f"{r.name:<17} {r.route:<30} {r.rps:>8.1f} {mean(r.times) * 1e3:>8.3f} "
+            f"{percentile(r.times, 0.95) * 1e3:>8.3f} {mean(r.times) / base_mean:>7.1f} "
             f"{q_text:>9} {max(r.peaks) / 1024:>9.1f} {max(r.peaks) / base_peak:>7.1f}"
         )
-    print("\n(x base: mean latency / baseline mean latency, and peak memory / baseline peak; "
-          "req/s is 1 / mean latency of one in-process client)")
+    print(
+        "\n(x base: mean latency / baseline mean latency, and peak memory / baseline peak; "
+        "req/s is 1 / mean latency of one in-process client)"
+    )
 
     print("\nSQL of one request per path:")
-    for r in results[1:4]:
+    for r in results[1:]:
         print(f"  {r.route} ({len(r.sample_sql)} queries)")
         for sql in r.sample_sql:
             print(f"      {sql if len(sql) <= 110 else sql[:107] + '...'}")
@@ -331,11 +375,16 @@ def main() -> int:
     print(
         f"\nCSRF enforced, as for a real producer (no cookie, no token): POST /api/receipts -> "
         f"{response.status_code}"
-        + ("" if response.status_code == 201 else
-           "  <-- WARNING: a producer outside the test Client cannot store receipts")
+        + (
+            ""
+            if response.status_code == 201
+            else "  <-- WARNING: a producer outside the test Client cannot store receipts"
+        )
     )
-    print(f"\nreceipts stored at the end: {Receipt.objects.count():,}; "
-          f"total run time {time.perf_counter() - started:.0f} s")
+    print(
+        f"\nreceipts stored at the end: {Receipt.objects.count():,}; "
+        f"total run time {time.perf_counter() - started:.0f} s"
+    )
     return 0
 
 

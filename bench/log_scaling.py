@@ -11,25 +11,31 @@ Run from the repository root:
 Two layers are measured.
 
 (a) The pure scheme: receiptsite.integrity.merkle.MemoryTree (a dict for the node table).
-    The tree is filled up to each size in bulk (not timed), then `--memory-ops` calls each of
+    The tree's dict is filled up to each size in bulk from the independent builder below (not
+    timed), then, after 100 untimed warm-ups each, `--memory-ops` calls each of
     MemoryTree.append(data), merkle.inclusion_proof(i, size, tree.get) and
     merkle.consistency_proof(m, size, tree.get) are timed one by one, i and m uniformly random.
+    Every node MemoryTree.append stores is compared with the builder's, every proof verified.
 
 (b) The stored log: the real receiptsite.receipts.log.append(), inclusion_proof() and
     consistency_proof() against a real database (its own SQLite temp file, or its own
     PostgreSQL database created and dropped by the script).
 
     Filling. Appending 10^6 leaves through the ORM one at a time would take far too long, so
-    the first N leaves are written in bulk (COPY on PostgreSQL, executemany on SQLite), in the
-    same shape log.append() writes them: one minimal Receipt row per leaf (its canonical bytes
-    are a small RFC 8785 document `{"id","schema","workflow_id"}`, its signature is 64 zero
-    bytes: these filler receipts are never verified), one LogEntry row (index -> receipt), every
-    complete-subtree LogNode row (key = level<<56 | index), and one Checkpoint row per tree
-    size with the correct root. The hashes are computed by an independent incremental builder
-    in this script (not by the site's code), cross-checked against the site's
-    merkle.root_from_leaves at the smallest size and against MemoryTree. So at size N every
-    append-only table holds exactly the rows a site that had stored N receipts would hold, and
-    the indexes have their real depth.
+    the first N leaves are written in bulk (COPY on PostgreSQL, executemany on SQLite, in
+    transactions of 20,000 leaves), in the shape log.append() writes them: one minimal Receipt
+    row per leaf (every column of the model, defaults for the optional ones; its canonical
+    bytes are a small RFC 8785 document `{"id","schema","workflow_id"}` and its signature is 64
+    zero bytes: these filler receipts are never verified), one LogEntry row (index ->
+    receipt), every complete-subtree LogNode row (key = level<<56 | index), and one Checkpoint
+    row per tree size with its correct root. The hashes come from an independent incremental
+    builder in this script (not the site's code), checked against merkle.root_from_leaves at
+    small sizes; after each fill log.head() must return the builder's size and root. So at
+    size N the log tables hold the rows a site that had stored N receipts would hold, and their
+    indexes have their real depth. On PostgreSQL the filled tables are then VACUUM ANALYZEd
+    (what autovacuum would soon do; done first so that it does not run during the timing).
+    The database grows from one size to the next (10^3, then filled on to 10^4, ...); the
+    operations "at N" run at tree sizes N to N + K + 10 (the appends add leaves).
 
     Appends. `--appends` K (after 10 untimed warm-up appends) real appends, each exactly as
     services.receipt_ingest does it: transaction.atomic(), log.lock_for_append(), one
@@ -46,6 +52,10 @@ Two layers are measured.
     and log.consistency_proof(m, size) at the current tree size, i and m uniformly random, in
     autocommit, as the verify view calls them. Every proof is compared with the proof computed
     from the independent builder and checked with merkle.verify_inclusion/verify_consistency.
+
+The output also has the 1-minute load average (other processes on the machine make the
+figures noisier), the bytes on disk of each table with its indexes, and the query plans of
+the SELECTs of one append and one inclusion proof at the largest size.
 
 Queries per operation are counted with django.test.utils.CaptureQueriesContext on the warm-up
 operations (counting adds overhead, so the timed ones run without it). "nodes" is the number
@@ -70,9 +80,10 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
@@ -187,9 +198,9 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def timed(call: Callable[[], object]) -> tuple[float, object]:
+def timed(call: Callable[..., Any], *args: object) -> tuple[float, Any]:
     start = time.perf_counter()
-    value = call()
+    value = call(*args)
     return time.perf_counter() - start, value
 
 
@@ -228,8 +239,10 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
     builder = Builder()
     rows: list[Row] = []
     counter = 0
-    print(f"\n(a) pure scheme: merkle.MemoryTree, {ops} timed calls of each operation per size "
-          f"(+{WARMUP * 10} warm-ups each)")
+    print(
+        f"\n(a) pure scheme: merkle.MemoryTree, {ops} timed calls of each operation per size "
+        f"(+{WARMUP * 10} warm-ups each)"
+    )
     for size in sizes:
         start = time.perf_counter()
         while builder.size < size:
@@ -250,7 +263,7 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
             data = b"memory leaf %d" % counter
             counter += 1
             nodes = len(merkle.nodes_for_append(tree.size))
-            seconds, index = timed(lambda d=data: tree.append(d))  # type: ignore[misc]
+            seconds, index = timed(tree.append, data)
             if j >= WARMUP * 10:
                 append.times.append(seconds)
                 append.nodes.append(nodes)
@@ -265,7 +278,7 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
             fail(f"MemoryTree root differs from the builder's at size {n}")
         for j in range(WARMUP * 10 + ops):
             i = rng.randrange(n)
-            seconds, proof = timed(lambda i=i: merkle.inclusion_proof(i, n, tree.get))  # type: ignore[misc]
+            seconds, proof = timed(merkle.inclusion_proof, i, n, tree.get)
             if j >= WARMUP * 10:
                 inclusion.times.append(seconds)
                 inclusion.nodes.append(len(merkle.inclusion_proof_nodes(i, n)))
@@ -273,7 +286,7 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
                 fail(f"inclusion proof for {i} in {n} does not verify")
         for j in range(WARMUP * 10 + ops):
             m = rng.randint(1, n - 1)
-            seconds, proof = timed(lambda m=m: merkle.consistency_proof(m, n, tree.get))  # type: ignore[misc]
+            seconds, proof = timed(merkle.consistency_proof, m, n, tree.get)
             if j >= WARMUP * 10:
                 consistency.times.append(seconds)
                 consistency.nodes.append(len(merkle.consistency_proof_nodes(m, n)))
@@ -287,7 +300,8 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
         )
         rows.append(row)
         print(
-            f"  {size:>9,} leaves: filled in {fill:5.1f} s; load {load()}; append p50 {us(append.p50)} us, "
+            f"  {size:>9,} leaves: filled in {fill:5.1f} s; load {load()}; "
+            f"append p50 {us(append.p50)} us, "
             f"inclusion p50 {us(inclusion.p50)} us, consistency p50 {us(consistency.p50)} us"
         )
     print_layer(
@@ -327,7 +341,7 @@ class Store:
         self.uuid_field = Receipt._meta.get_field("public_id")
         self.builder = Builder()
 
-    def insert(self, model: type, columns: list[str], rows: list[tuple[object, ...]]) -> None:
+    def insert(self, model: type, columns: list[str], rows: Sequence[Sequence[Any]]) -> None:
         table = model._meta.db_table  # type: ignore[attr-defined]
         quote = self.connection.ops.quote_name
         names = ", ".join(quote(c) for c in columns)
@@ -358,9 +372,15 @@ class Store:
         while builder.size < target:
             stop = min(target, builder.size + FILL_CHUNK)
             template = Receipt(
-                tenant=self.tenant, api_key=self.api_key, recorded_at=self.now(),
-                workflow_id="bench-fill", phase="end", subject_name="bench",
-                outcome="succeeded", signature=bytes(64), signing_key=self.signing_row,
+                tenant=self.tenant,
+                api_key=self.api_key,
+                recorded_at=self.now(),
+                workflow_id="bench-fill",
+                phase="end",
+                subject_name="bench",
+                outcome="succeeded",
+                signature=bytes(64),
+                signing_key=self.signing_row,
             )
             constant = {
                 f.attname: bytes(getattr(template, f.attname))
@@ -393,11 +413,12 @@ class Store:
                     nodes.append((LogNode.node_key(level, i), node))
                 checkpoints.append((index + 1, builder.root(), self.origin, created_at))
             with transaction.atomic():
-                self.insert(Receipt, [f.column for f in fields], receipts)
+                self.insert(Receipt, [str(f.column) for f in fields], receipts)
                 self.insert(LogEntry, ["index", "receipt_id"], entries)
                 self.insert(LogNode, ["key", "hash"], nodes)
-                self.insert(Checkpoint, ["tree_size", "root_hash", "origin", "created_at"],
-                            checkpoints)
+                self.insert(
+                    Checkpoint, ["tree_size", "root_hash", "origin", "created_at"], checkpoints
+                )
         with self.connection.cursor() as cursor:
             for sql in self.connection.ops.sequence_reset_sql(no_style(), [Receipt]):
                 cursor.execute(sql)
@@ -476,12 +497,21 @@ def db_layer(
         )
         signature, key = signing.sign(data)
         digest = sha256_hex(data)
-        fields = dict(
-            public_id=public_id, tenant=store.tenant, api_key=store.api_key,
-            recorded_at=timezone.now(), workflow_id="bench-append", phase="end",
-            subject_name="bench", outcome="succeeded", request_hash=digest,
-            canonical_bytes=data, output_hash=digest, signature=signature, signing_key=key,
-        )
+        fields: dict[str, object] = {
+            "public_id": public_id,
+            "tenant": store.tenant,
+            "api_key": store.api_key,
+            "recorded_at": timezone.now(),
+            "workflow_id": "bench-append",
+            "phase": "end",
+            "subject_name": "bench",
+            "outcome": "succeeded",
+            "request_hash": digest,
+            "canonical_bytes": data,
+            "output_hash": digest,
+            "signature": signature,
+            "signing_key": key,
+        }
         return fields, data
 
     largest = sizes[-1]
@@ -509,8 +539,9 @@ def db_layer(
                     if size == largest and j == 0:
                         for query in captured.captured_queries:
                             if query["sql"].lstrip().upper().startswith("SELECT"):
-                                plans.append(("log.append", query["sql"],
-                                              store.explain(query["sql"])))
+                                plans.append(
+                                    ("log.append", query["sql"], store.explain(query["sql"]))
+                                )
                     seconds = float("nan")
                 else:
                     t0 = time.perf_counter()
@@ -545,11 +576,15 @@ def db_layer(
                     sql = captured.captured_queries[0]["sql"]
                     plans.append(("log.inclusion_proof", sql, store.explain(sql)))
             else:
-                seconds, proof = timed(lambda i=i: log.inclusion_proof(i, n))  # type: ignore[misc]
+                seconds, proof = timed(log.inclusion_proof, i, n)
                 inclusion.times.append(seconds)
                 inclusion.nodes.append(len(merkle.inclusion_proof_nodes(i, n)))
             if proof != merkle.inclusion_proof(i, n, builder.get) or not merkle.verify_inclusion(
-                builder.levels[0][i], i, n, proof, root  # type: ignore[arg-type]
+                builder.levels[0][i],
+                i,
+                n,
+                proof,
+                root,  # type: ignore[arg-type]
             ):
                 fail(f"stored inclusion proof for leaf {i} in {n} is wrong")
         for j in range(WARMUP + proofs):
@@ -560,7 +595,7 @@ def db_layer(
                     proof = log.consistency_proof(m, n)
                 consistency.queries.append(len(captured.captured_queries))
             else:
-                seconds, proof = timed(lambda m=m: log.consistency_proof(m, n))  # type: ignore[misc]
+                seconds, proof = timed(log.consistency_proof, m, n)
                 consistency.times.append(seconds)
                 consistency.nodes.append(len(merkle.consistency_proof_nodes(m, n)))
             if proof != merkle.consistency_proof(
@@ -585,7 +620,7 @@ def db_layer(
         print(
             f"  {size:>9,} leaves: bulk fill {fill:6.1f} s, database {row.extra}, load {load()};\n"
             "                    "
-            f"log.append p50 {us(append.p50)} us (p95 {us(percentile(append.times, .95))}), "
+            f"log.append p50 {us(append.p50)} us (p95 {us(percentile(append.times, 0.95))}), "
             f"transaction p50 {us(transaction_op.p50)} us, "
             f"inclusion p50 {us(inclusion.p50)} us, consistency p50 {us(consistency.p50)} us"
         )
@@ -610,32 +645,46 @@ def db_layer(
         op = row.ops["transaction"]
         print(
             f"{row.size:>11,} | {us(op.p50):>9} {us(mean(op.times)):>9} "
-            f"{us(percentile(op.times, .95)):>9} {_common.ratio(op.p50, base.p50):>6}"
+            f"{us(percentile(op.times, 0.95)):>9} {_common.ratio(op.p50, base.p50):>6}"
         )
-    print("\nstorage on disk, tables with their indexes (bytes per leaf in brackets; the filler "
-          "receipts are smaller than real ones)")
+    print(
+        "\nstorage on disk, tables with their indexes (bytes per leaf in brackets; the filler "
+        "receipts are smaller than real ones)"
+    )
     names = list(storage[0][1])
-    print(f"{'leaves':>11} | " + " | ".join(f"{name.removeprefix('receipts_'):>20}" for name in names))
+    short = [name.removeprefix("receipts_") for name in names]
+    print(f"{'leaves':>11} | " + " | ".join(f"{name:>20}" for name in short))
     for n, sizes_ in storage:
-        print(f"{n:>11,} | " + " | ".join(
-            f"{sizes_[name] / 2**20:>9.1f} MiB [{sizes_[name] / n:>4.0f}]" for name in names))
+        print(
+            f"{n:>11,} | "
+            + " | ".join(
+                f"{sizes_[name] / 2**20:>9.1f} MiB [{sizes_[name] / n:>4.0f}]" for name in names
+            )
+        )
     print(f"\nquery plans at {largest:,} leaves (SELECTs of one append and one inclusion proof):")
-    for name, sql, plan in plans:
-        short = sql if len(sql) < 160 else sql[:157] + "..."
-        print(f"  {name}: {short}")
-        for line in plan:
+    for name, sql, lines in plans:
+        shown = sql if len(sql) < 160 else sql[:157] + "..."
+        print(f"  {name}: {shown}")
+        for line in lines:
             print(f"      {line if len(line) < 140 else line[:137] + '...'}")
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="1000,10000,100000,1000000",
-                        help="comma-separated log sizes (default 1000,10000,100000,1000000)")
+    parser.add_argument(
+        "--sizes",
+        default="1000,10000,100000,1000000",
+        help="comma-separated log sizes (default 1000,10000,100000,1000000)",
+    )
     parser.add_argument("--appends", type=int, default=200, help="timed appends per size (db)")
     parser.add_argument("--proofs", type=int, default=200, help="timed proofs per kind (db)")
-    parser.add_argument("--memory-ops", type=int, default=2000,
-                        help="timed calls per operation and size in the pure layer")
+    parser.add_argument(
+        "--memory-ops",
+        type=int,
+        default=2000,
+        help="timed calls per operation and size in the pure layer",
+    )
     parser.add_argument("--layers", default="memory,db", help="memory, db, or both")
     parser.add_argument("--seed", type=int, default=9162)
     _common.add_database_argument(parser)
@@ -658,8 +707,10 @@ def main() -> int:
     except Wrong as error:
         print(f"\nWRONG RESULT: {error}", file=sys.stderr)
         return 1
-    print(f"\nall roots, indexes and proofs checked; total run time "
-          f"{time.perf_counter() - started:.0f} s")
+    print(
+        f"\nall roots, indexes and proofs checked; total run time "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     return 0
 
 

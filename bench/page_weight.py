@@ -12,15 +12,20 @@ The page is fetched with Django's test Client (settings: tests.settings). Static
 with the staticfiles finders (django.contrib.staticfiles.finders.find), so the figures are
 those of the source files in static/ and the installed apps, which is what a deployment
 collects. Files referenced from the CSS (url(), @import) under /static/ are followed and
-counted too. gzip is level 9 (what WhiteNoise uses for its precompressed .gz files); the HTML
-itself is dynamic, and whether it travels compressed depends on the front proxy (settings has
-no GZipMiddleware), so its gzip figure is what it would be.
+counted too. The total asked for is the HTML plus the CSS and JS under /static/; below it the
+script lists, with a second total, whatever else a first view loads: other static files (an
+icon) and same-origin CSS/JS served by a view rather than from /static/ (fetched with the
+test Client). A reference to another origin is reported as wrong. gzip is level 9 (what
+WhiteNoise uses for its precompressed .gz files); the HTML itself is dynamic, and whether it
+travels compressed depends on the front proxy (settings has no GZipMiddleware), so its gzip
+figure is what it would be.
 
 Also printed, not counted in the total: what the "Verify in this browser" button fetches on
 click (the verification JSON and the public keys), and the HTML of a large receipt (4,000
 code points of input summary and result, 20 observed lines).
 
-Exits 1 if the page does not answer 200 or references a static file that cannot be found.
+Exits 1 if the page does not answer 200, or references a static file that cannot be found,
+a same-origin script or style that does not answer 200, or anything on another origin.
 """
 
 from __future__ import annotations
@@ -89,65 +94,81 @@ def main() -> int:
 
     print(f"page_weight: {_common.machine()}")
     print(f"database: {description}")
-    print(f"GET /run/<id> of the EXAMPLES.md receipt: {response.status_code}, "
-          f"{response['Content-Type']}\n")
+    print(
+        f"GET /run/<id> of the EXAMPLES.md receipt: {response.status_code}, "
+        f"{response['Content-Type']}\n"
+    )
 
     static = settings.STATIC_URL
     rows: list[tuple[str, str, bytes]] = [("HTML", "/run/<id>", html)]
+    dynamic: list[tuple[str, str, bytes]] = []  # same-origin, outside /static/
     refs = References()
     refs.feed(html.decode())
     queue = [(tag, url) for tag, url in refs.found]
     seen: set[str] = set()
     missing: list[str] = []
-    others: list[str] = []
     while queue:
         tag, url = queue.pop(0)
-        target = urlsplit(urljoin("http://testserver" + path, url)).path
-        if not target.startswith(static):
-            if tag in ("script", "link", "img", "source"):
-                others.append(f"{tag} {url}")
-            continue
-        if target in seen:
+        parts = urlsplit(urljoin("http://testserver" + path, url))
+        target = parts.path
+        if target in seen or tag in ("a", "form"):
             continue
         seen.add(target)
-        relative = target[len(static):]
+        if not target.startswith(static):
+            if parts.netloc != "testserver":
+                missing.append(f"{url} (another origin: the page must load nothing from one)")
+                continue
+            answer: Any = client.get(target)
+            if answer.status_code != 200:
+                missing.append(f"{target} (answered {answer.status_code})")
+                continue
+            kind = "JS" if tag == "script" else "CSS" if "css" in answer["Content-Type"] else tag
+            dynamic.append((f"{kind} (dynamic)", target, answer.content))
+            continue
+        relative = target[len(static) :]
         found = finders.find(relative) or finders.find(HASHED.sub("", relative))
         if not found:
             missing.append(target)
             continue
         data = Path(found).read_bytes()
-        kind = {"css": "CSS", "js": "JS", "mjs": "JS"}.get(target.rsplit(".", 1)[-1], "other")
-        label = kind if tag != "css" else f"{kind} (from CSS)"
-        rows.append((label, target, data))
+        extension = target.rsplit(".", 1)[-1]
+        kind = {"css": "CSS", "js": "JS", "mjs": "JS"}.get(extension, f"other ({tag})")
+        rows.append((kind if tag != "css" else f"{kind} (from CSS)", target, data))
         if kind == "CSS":
             for match in CSS_REF.finditer(data.decode("utf-8", "replace")):
                 ref = match.group(1) or match.group(2)
                 if not ref.startswith("data:"):
                     queue.append(("css", urljoin(target, ref)))
 
-    print(f"{'kind':<14} {'file':<40} {'raw bytes':>10} {'gzip -9':>9}")
-    total_raw = total_gz = 0
-    for kind, name, data in rows:
-        total_raw += len(data)
-        total_gz += gz(data)
-        print(f"{kind:<14} {name:<40} {len(data):>10,} {gz(data):>9,}")
-    print(f"{'total':<14} {f'{len(rows)} files':<40} {total_raw:>10,} {total_gz:>9,}")
-    print(f"\n(raw total {total_raw / 1024:.1f} KiB, gzip total {total_gz / 1024:.1f} KiB; "
-          f"requests for first view: {len(rows)})")
+    def line(kind: str, name: str, raw: int, packed: int) -> None:
+        print(f"{kind:<16} {name:<42} {raw:>10,} {packed:>9,}")
 
-    if others:
-        print("\nreferences outside /static/ (not counted):")
-        for other in others:
-            print(f"  {other}")
+    counted = [r for r in rows if r[0] == "HTML" or r[0].startswith(("CSS", "JS"))]
+    extra = [r for r in rows if r not in counted] + dynamic
+    print(f"{'kind':<16} {'file':<42} {'raw bytes':>10} {'gzip -9':>9}")
+    for kind, name, data in counted:
+        line(kind, name, len(data), gz(data))
+    total_raw = sum(len(d) for _, _, d in counted)
+    total_gz = sum(gz(d) for _, _, d in counted)
+    line("TOTAL", f"HTML + CSS/JS under {static} ({len(counted)} files)", total_raw, total_gz)
+    if extra:
+        print()
+        for kind, name, data in extra:
+            line(kind, name, len(data), gz(data))
+        all_raw = total_raw + sum(len(d) for _, _, d in extra)
+        all_gz = total_gz + sum(gz(d) for _, _, d in extra)
+        count = len(counted) + len(extra)
+        line("ALL", f"everything a first view loads ({count} files)", all_raw, all_gz)
+    print(
+        f"\n(requested total: {total_raw / 1024:.1f} KiB raw, {total_gz / 1024:.1f} KiB gzip; "
+        "the rows below it are other static files and same-origin scripts or styles outside "
+        f"{static}, fetched with the test Client)"
+    )
 
-    print("\nloaded only when the reader presses \"Verify in this browser\" (not counted):")
-    for label, url in (
-        ("verification JSON", f"/api/receipt/{receipt.uuid}/verify"),
-        ("public keys", "/.well-known/receipt-keys.json"),
-    ):
-        answer: Any = client.get(url)
-        shown = url.replace(receipt.uuid, "<id>")
-        print(f"  {label:<18} {shown:<40} {len(answer.content):>10,} {gz(answer.content):>9,}")
+    print('\nloaded only when the reader presses "Verify in this browser" (not counted):')
+    for url in (f"/api/receipt/{receipt.uuid}/verify", "/.well-known/receipt-keys.json"):
+        fetched = client.get(url).content
+        line("on click", url.replace(receipt.uuid, "<id>"), len(fetched), gz(fetched))
 
     large = copy.deepcopy(BODY)
     large["idempotency_key"] = "page-weight/large"
@@ -156,12 +177,16 @@ def main() -> int:
     large["observed"] = [f"Observation {n}: " + "o" * 200 for n in range(20)]
     big = receipt_ingest(api_key=key, payload=large).receipt
     big_html = client.get(f"/run/{big.uuid}").content
-    print(f"\nHTML of a large receipt (4,000-character input summary and result, 20 observed "
-          f"lines): {len(big_html):,} bytes raw, {gz(big_html):,} gzip -9")
+    print(
+        f"\nHTML of a large receipt (4,000-character input summary and result, 20 observed "
+        f"lines): {len(big_html):,} bytes raw, {gz(big_html):,} gzip -9"
+    )
 
     if missing:
-        print(f"\nWRONG: referenced but not found by the staticfiles finders: {missing}",
-              file=sys.stderr)
+        print(
+            f"\nWRONG: references that do not load: {missing}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
