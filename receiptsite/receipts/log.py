@@ -12,15 +12,18 @@ refuses to sign a tree that does not extend it (see guard()).
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from receiptsite.integrity import merkle, note
 from receiptsite.integrity.encoding import b64, b64decode
@@ -49,19 +52,37 @@ class SignedHead(Head):
     note: str
 
 
+# The log's reads and writes are a handful of fixed statements on the hot paths (every ingest,
+# every verification). They are written as SQL, not ORM queries: compiling an ORM query costs
+# more than running these on either database.
+_NODE = LogNode._meta.db_table
+_HEAD = Checkpoint._meta.db_table
+_ENTRY = LogEntry._meta.db_table
+
+
+def _query(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
 def _nodes(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
     wanted = {LogNode.node_key(level, index): (level, index) for level, index in keys}
     if not wanted:
         return {}
-    rows = LogNode.objects.filter(key__in=list(wanted)).values_list("key", "hash")
+    marks = ", ".join(["%s"] * len(wanted))
+    rows = _query(f"SELECT key, hash FROM {_NODE} WHERE key IN ({marks})", list(wanted))
     return {wanted[key]: bytes(digest) for key, digest in rows}
 
 
 def head() -> Head:
-    latest = Checkpoint.objects.order_by("-tree_size").first()
-    if latest is None:
+    rows = _query(
+        f"SELECT tree_size, root_hash, origin FROM {_HEAD} ORDER BY tree_size DESC LIMIT 1"
+    )
+    if not rows:
         return Head(origin=settings.LOG_ORIGIN, size=0, root=merkle.EMPTY_ROOT)
-    return Head(origin=latest.origin, size=latest.tree_size, root=bytes(latest.root_hash))
+    size, root, origin = rows[0]
+    return Head(origin=origin, size=size, root=bytes(root))
 
 
 def lock_for_append() -> None:
@@ -84,12 +105,22 @@ def append(receipt: Receipt, data: bytes) -> int:
     current = head()
     frontier = _nodes(merkle.nodes_for_append(current.size))
     new_nodes, root = merkle.append(current.size, merkle.leaf_hash(data), frontier)
-    LogEntry.objects.create(index=current.size, receipt=receipt)
-    LogNode.objects.bulk_create(
-        LogNode(key=LogNode.node_key(level, index), hash=digest)
-        for (level, index), digest in new_nodes.items()
-    )
-    Checkpoint.objects.create(tree_size=current.size + 1, root_hash=root, origin=current.origin)
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    index = connection.ops.quote_name("index")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {_ENTRY} ({index}, receipt_id) VALUES (%s, %s)",
+            [current.size, receipt.pk],
+        )
+        cursor.executemany(
+            f"INSERT INTO {_NODE} (key, hash) VALUES (%s, %s)",
+            [(LogNode.node_key(level, i), digest) for (level, i), digest in new_nodes.items()],
+        )
+        cursor.execute(
+            f"INSERT INTO {_HEAD} (tree_size, root_hash, origin, created_at) "
+            "VALUES (%s, %s, %s, %s)",
+            [current.size + 1, root, current.origin, now],
+        )
     return current.size
 
 
@@ -106,8 +137,8 @@ def consistency_proof(first: int, second: int) -> list[bytes]:
 def root_at(size: int) -> bytes | None:
     if size == 0:
         return merkle.EMPTY_ROOT
-    row = Checkpoint.objects.filter(tree_size=size).values_list("root_hash", flat=True).first()
-    return bytes(row) if row is not None else None
+    rows = _query(f"SELECT root_hash FROM {_HEAD} WHERE tree_size = %s", [size])
+    return bytes(rows[0][0]) if rows else None
 
 
 # --- the largest signed tree, remembered outside the database -------------------------------
@@ -117,16 +148,28 @@ def _state_path() -> Path:
     return Path(settings.LOG_STATE_FILE)
 
 
+# (path, mtime_ns, size) -> the parsed state: re-read only when the file changes.
+_state_cache: dict[str, tuple[tuple[str, int, int], Head]] = {}
+
+
 def read_state() -> Head | None:
+    path = _state_path()
     try:
-        data = json.loads(_state_path().read_text())
-        return Head(
+        info = path.stat()
+        stamp = (str(path), info.st_mtime_ns, info.st_size)
+        cached = _state_cache.get("state")
+        if cached and cached[0] == stamp:
+            return cached[1]
+        data = json.loads(path.read_text())
+        state = Head(
             origin=data["origin"], size=int(data["tree_size"]), root=b64decode(data["root_hash"])
         )
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as error:
         raise LogRollback(f"LOG_STATE_FILE is unreadable ({error}); refusing to sign") from None
+    _state_cache["state"] = (stamp, state)
+    return state
 
 
 def _remember(current: Head) -> None:
@@ -171,8 +214,16 @@ def signed_head() -> SignedHead:
     """The current tree head, signed now by the active key. Raises LogRollback."""
     current = head()
     known = guard(current)
-    body = note.checkpoint_body(current.origin, current.size, current.root)
-    signed = note.sign_note(body, current.origin, signing.active_key().private)
+    key = signing.active_key()
+    signed = _sign(current, key.kid)
     if known is None or known.size < current.size:
         _remember(current)
     return SignedHead(origin=current.origin, size=current.size, root=current.root, note=signed)
+
+
+@functools.lru_cache(maxsize=4)
+def _sign(current: Head, kid: str) -> str:
+    """Ed25519 is deterministic: the same tree head and key give the same note, so it is made
+    once per tree size, not once per request. `kid` is part of the cache key."""
+    body = note.checkpoint_body(current.origin, current.size, current.root)
+    return note.sign_note(body, current.origin, signing.active_key().private)
