@@ -268,7 +268,7 @@ def _not_found() -> JsonResponse:
 @capability
 @methods("GET")
 @api_key_required
-@rate_limited("read", _by_address)
+@rate_limited("read", _by_key)
 def receipt_detail(request: HttpRequest, receipt_id: str) -> HttpResponse:
     public_id = parse_receipt_id(receipt_id)
     receipt = (
