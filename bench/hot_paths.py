@@ -53,32 +53,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import _common  # noqa: E402
 from _common import mean, percentile  # noqa: E402
+
+from tests.examples import EXAMPLE_BODY  # noqa: E402
 
 URLCONF = "bench_hot_paths_urls"
 ROUND = 10  # requests of one path before the next path's turn
 
-# The request body of SPEC's EXAMPLES.md (as in tests/conftest.py); each request gets its own
-# idempotency key and workflow id.
-BODY: dict[str, Any] = {
-    "workflow_id": "wf-7f3a",
-    "step_id": "audit-site",
-    "attempt": {"number": 2, "prior_attempt_id": "wf-7f3a/audit-site/1", "retry_reason": "timeout"},
-    "phase": "end",
-    "subject": {"type": "tool", "name": "website_audit"},
-    "framework": {"name": "langchain", "run_id": "9b1d6c2e", "parent_run_id": "44aa01f3"},
-    "outcome": "succeeded",
-    "started_at": "2026-11-30T14:30:00Z",
-    "ended_at": "2026-11-30T14:31:07Z",
-    "duration_ms": 67000,
-    "input_summary": '{"url": "https://example.org"}',
-    "result": "12 findings",
-    "observed": ["The audit tool returned 12 findings."],
-    "not_observed": ["Whether the findings were sent to the client."],
-    "idempotency_key": "wf-7f3a/audit-site/end/2",
-    "metadata": {"ticket": "OPS-118"},
-}
+# The request body of EXAMPLES.md (the tests' copy); each request gets its own idempotency key
+# and workflow id.
+BODY: dict[str, Any] = EXAMPLE_BODY
 
 
 def body(n: int, prefix: str) -> dict[str, Any]:
