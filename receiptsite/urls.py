@@ -26,5 +26,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
+handler400 = "receiptsite.receipts.views.bad_request"
+handler403 = "receiptsite.receipts.views.permission_denied"
 handler404 = "receiptsite.receipts.views.not_found"
 handler500 = "receiptsite.receipts.views.server_error"

@@ -165,3 +165,10 @@ def test_static_files_carry_the_site_headers_too(client: Client, db: None) -> No
     assert response["X-Request-ID"]
     assert response["X-Content-Type-Options"] == "nosniff"
     assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
+def test_a_bad_host_on_an_api_route_is_a_problem(client: Client, db: None) -> None:
+    response = client.get("/api/log/checkpoint", HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    assert response["X-Request-ID"]

@@ -137,9 +137,26 @@ def _is_capability_path(path: str) -> bool:
     return path.startswith(("/run/", "/api/receipt/", "/api/receipts/"))
 
 
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/") or request.path == "/healthz"
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Django's own 400s (a Host header not in ALLOWED_HOSTS, say)."""
+    if _is_api(request):
+        return problem(400, "bad-request", "Bad request", "The request could not be read.")
+    return HttpResponse("Bad request\n", status=400, content_type="text/plain; charset=utf-8")
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return problem(403, "forbidden", "Forbidden", "This request is not allowed.")
+    return render(request, "403.html", status=403)
+
+
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     response: HttpResponse
-    if request.path.startswith("/api/") or request.path == "/healthz":
+    if _is_api(request):
         response = problem(404, "not-found", "Not found", "There is no such route or receipt.")
     else:
         response = render(request, "404.html", status=404)
@@ -151,7 +168,7 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    if request.path.startswith("/api/") or request.path == "/healthz":
+    if _is_api(request):
         return problem(
             500, "server-error", "Server error", "Something went wrong on our side."
         )
