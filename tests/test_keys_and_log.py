@@ -129,14 +129,19 @@ def test_consistency_sizes_out_of_range_are_a_400(
     assert response.json()["type"] == f"{SITE}/problems/bad-query-parameter"
 
 
+def rotate(settings: Any, folder: Path) -> None:
+    """What an operator does to rotate: point SIGNING_KEY_FILE at a new key."""
+    new_file = folder / "new-key.pem"
+    new_file.write_bytes(generate_private_key_pem())
+    settings.SIGNING_KEY_FILE = str(new_file)
+
+
 def test_pointing_at_a_new_key_rotates_and_old_receipts_still_verify(
     producer: Producer, client: Client, settings: Any, tmp_path: Path
 ) -> None:
     old = producer.publish(idempotency_key="old")
     old_kid = keys(client)["keys"][0]["kid"]
-    new_file = tmp_path / "new-key.pem"
-    new_file.write_bytes(generate_private_key_pem())
-    settings.SIGNING_KEY_FILE = str(new_file)
+    rotate(settings, tmp_path)
 
     new = producer.publish(idempotency_key="new")
     body = keys(client)
@@ -161,9 +166,7 @@ def test_signingkeys_lists_keys_and_marks_one_compromised(
 ) -> None:
     old = producer.publish(idempotency_key="old")
     old_kid = keys(client)["keys"][0]["kid"]
-    new_file = tmp_path / "new-key.pem"
-    new_file.write_bytes(generate_private_key_pem())
-    settings.SIGNING_KEY_FILE = str(new_file)
+    rotate(settings, tmp_path)
     call_command("signingkeys", mark_compromised=old_kid)
     out = capsys.readouterr().out
     assert f"{old_kid}  compromised" in out
