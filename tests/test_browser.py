@@ -373,3 +373,35 @@ def test_the_in_browser_check_reads_the_same_bytes_as_the_server(
     answer = site["live"].get(f"/api/receipt/{site['valid']['id']}/verify").json()
     digest = hashlib.sha256(base64.b64decode(answer["canonical_bytes"])).hexdigest()
     assert digest in page.inner_text("#browser-results")
+
+
+@pytest.mark.parametrize(
+    ("missing", "init_script"),
+    [
+        # Outside a secure context a browser has no crypto.subtle at all.
+        ("web crypto", "Object.defineProperty(window.crypto, 'subtle', {value: undefined});"),
+        # An older browser has Web Crypto but no Ed25519.
+        ("ed25519",
+         "const original = crypto.subtle.importKey.bind(crypto.subtle);"
+         "crypto.subtle.importKey = (format, data, algorithm, ...rest) =>"
+         " (algorithm && algorithm.name === 'Ed25519')"
+         "   ? Promise.reject(new DOMException('Unsupported', 'NotSupportedError'))"
+         "   : original(format, data, algorithm, ...rest);"),
+    ],
+)
+def test_a_browser_that_cannot_check_says_so_and_never_failed(
+    browser: Browser, site: dict[str, Any], missing: str, init_script: str
+) -> None:
+    context = browser.new_context(base_url=site["live"].url)
+    page = context.new_page()
+    page.add_init_script(init_script)  # the browser's own injection, not a page script
+    page.goto(f"/run/{site['valid']['id']}")
+    page.get_by_role("button", name="Verify in this browser").click()
+    results = page.locator("#browser-results")
+    expect(results.locator("li").last).to_contain_text("could not check here", ignore_case=True)
+    text = results.inner_text()
+    assert "FAIL" not in text
+    if missing == "ed25519":
+        assert "PASS" in text  # the hash and the inclusion proof still checked
+        assert results.locator(".check-unchecked").count() == 2  # both signatures
+    context.close()
