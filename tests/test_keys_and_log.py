@@ -230,3 +230,14 @@ def test_healthz_is_ok_when_the_log_extends_what_was_signed(
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+def test_the_origin_is_fixed_by_the_first_checkpoint(
+    producer: Producer, client: Client, settings: Any
+) -> None:
+    assert client.get("/api/log/checkpoint").content.decode().startswith(f"{ORIGIN}\n0\n")
+    settings.LOG_ORIGIN = "moved.example.org/receipts"  # as if SITE_URL had changed
+    assert client.get("/api/log/checkpoint").content.decode().startswith(f"{ORIGIN}\n0\n")
+    producer.publish()
+    assert client.get("/api/log/checkpoint").content.decode().startswith(f"{ORIGIN}\n1\n")
+    assert keys(client)["log"]["origin"] == ORIGIN

@@ -80,7 +80,11 @@ def head() -> Head:
         f"SELECT tree_size, root_hash, origin FROM {_HEAD} ORDER BY tree_size DESC LIMIT 1"
     )
     if not rows:
-        return Head(origin=settings.LOG_ORIGIN, size=0, root=merkle.EMPTY_ROOT)
+        # The origin is fixed by the first checkpoint, even the empty tree's: a later change of
+        # SITE_URL does not move the log.
+        known = read_state()
+        origin = known.origin if known is not None else settings.LOG_ORIGIN
+        return Head(origin=origin, size=0, root=merkle.EMPTY_ROOT)
     size, root, origin = rows[0]
     return Head(origin=origin, size=size, root=bytes(root))
 
