@@ -106,10 +106,44 @@ def page_checks(verification: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def latest_follow_up(receipt: Receipt) -> str | None:
-    """The follow-up note of the latest decision that has one."""
+def follow_up_line(receipt: Receipt, *, show_follow_up: bool) -> str:
+    """The hand-off's follow-up: the latest decision's note, for auditors only. Decisions are
+    internal: everyone else learns only whether a follow-up exists."""
     decisions = ReviewDecision.objects.filter(receipt=receipt).exclude(follow_up="")
-    return decisions.order_by("-reviewed_at", "-id").values_list("follow_up", flat=True).first()
+    recorded = decisions.order_by("-reviewed_at", "-id").values_list("follow_up", flat=True)
+    latest = recorded.first()
+    if latest is None:
+        return "none recorded"
+    return latest if show_follow_up else "recorded by the auditors (not shown publicly)"
+
+
+def receipt_handoff(receipt: Receipt, *, show_follow_up: bool) -> str:
+    return handoff_text(
+        receipt.document(), receipt.url, follow_up_line(receipt, show_follow_up=show_follow_up)
+    )
+
+
+def _linked(receipt: Receipt, links: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """The parent and children named by `links`, each with what ran and how it ended, in one
+    query (links are to the same tenant by construction)."""
+    parent_id = links.get("parent_receipt_id")
+    child_ids = links.get("child_receipt_ids", [])
+    ids = [*([parent_id] if parent_id else []), *child_ids]
+    rows = (
+        Receipt.objects.filter(tenant_id=receipt.tenant_id, public_id__in=ids).values_list(
+            "public_id", "subject_name", "phase", "outcome"
+        )
+        if ids
+        else []
+    )
+    named = {str(public_id): (name, phase, outcome) for public_id, name, phase, outcome in rows}
+
+    def describe(receipt_id: str) -> dict[str, Any]:
+        name, phase, outcome = named.get(receipt_id, ("", "", None))
+        words = OUTCOME_WORDS.get(outcome, OUTCOME_WORDS["uncertain"])[0] if phase else ""
+        return {"id": receipt_id, "subject": name, "phase": phase, "outcome": words}
+
+    return (describe(parent_id) if parent_id else None), [describe(i) for i in child_ids]
 
 
 def handoff_text(doc: dict[str, Any], url: str, follow_up: str) -> str:
@@ -154,29 +188,8 @@ def page_context(
         (line, BOUNDARY_TRANSLATIONS.get(line) if translating else None)
         for line in doc.get("not_observed", [])
     ]
-    # Decisions are internal: the public page says only whether a follow-up exists.
-    recorded = latest_follow_up(receipt)
-    if recorded is None:
-        follow_up = "none recorded"
-    elif show_follow_up:
-        follow_up = recorded
-    else:
-        follow_up = "recorded by the auditors (not shown publicly)"
-    links = doc.get("links", {})
-    linked_ids = [i for i in [links.get("parent_receipt_id"), *links.get("child_receipt_ids", [])]
-                  if i]
-    # One query names every linked receipt (same tenant by construction of the links).
-    named = {
-        str(public_id): (subject_name, phase, outcome)
-        for public_id, subject_name, phase, outcome in Receipt.objects.filter(
-            tenant_id=receipt.tenant_id, public_id__in=linked_ids
-        ).values_list("public_id", "subject_name", "phase", "outcome")
-    } if linked_ids else {}
-
-    def describe(receipt_id: str) -> dict[str, Any]:
-        subject_name, phase, outcome = named.get(receipt_id, ("", "", None))
-        label = OUTCOME_WORDS.get(outcome, OUTCOME_WORDS["uncertain"])[0] if phase else ""
-        return {"id": receipt_id, "subject": subject_name, "phase": phase, "outcome": label}
+    parent, children = _linked(receipt, doc.get("links", {}))
+    checks = page_checks(verification) if verification else []
     status = verification["status"] if verification else None
     return {
         "receipt": receipt,
@@ -189,19 +202,17 @@ def page_context(
         "attempt": doc.get("attempt", {"number": 1}),
         "framework": framework,
         "not_observed": not_observed,
-        "links_parent": describe(links["parent_receipt_id"])
-        if links.get("parent_receipt_id")
-        else None,
-        "links_children": [describe(i) for i in links.get("child_receipt_ids", [])],
+        "links_parent": parent,
+        "links_children": children,
         "redactions": doc.get("redactions", []),
         "metadata": sorted(doc.get("metadata", {}).items()),
         "verification": verification,
         "status": status,
-        "checks": page_checks(verification) if verification else [],
-        "failed_checks": [c for c in page_checks(verification) if c["result"] == "fail"]
-        if verification
-        else [],
-        "handoff": handoff_text(doc, receipt.url, follow_up),
+        "checks": checks,
+        "failed_checks": [c for c in checks if c["result"] == "fail"],
+        "handoff": handoff_text(
+            doc, receipt.url, follow_up_line(receipt, show_follow_up=show_follow_up)
+        ),
         "site_url": settings.SITE_URL,
         "verify_command": (
             f"curl -s {receipt.verify_url} | jq -r .canonical_bytes | base64 -d | sha256sum"

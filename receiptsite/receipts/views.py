@@ -22,7 +22,7 @@ from receiptsite.receipts.http import (
     rate_limited,
 )
 from receiptsite.receipts.models import Receipt, ReviewDecision
-from receiptsite.receipts.presentation import page_context
+from receiptsite.receipts.presentation import page_context, receipt_handoff
 from receiptsite.receipts.services import decision_record
 from receiptsite.receipts.verification import verify
 
@@ -128,8 +128,7 @@ def handoff_text(request: HttpRequest, receipt_id: str) -> HttpResponse:
             status=404,
             content_type="text/plain; charset=utf-8",
         )
-    context = page_context(receipt, None, show_follow_up=_is_auditor(request))
-    text = render_to_string("receipts/handoff.txt", context)
+    text = receipt_handoff(receipt, show_follow_up=_is_auditor(request))
     return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
 
