@@ -1,4 +1,8 @@
-"""One helper makes every error answer: RFC 9457 problem+json."""
+"""Every error answer of the API is RFC 9457 problem+json, made here.
+
+Code anywhere below a view raises `Problem`; the API's route decorator
+(receiptsite.receipts.http.api_route) turns it into the answer, in one place.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,48 @@ from django.conf import settings
 from django.http import JsonResponse
 
 
-def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JsonResponse:
-    body = {
-        "type": f"{settings.SITE_URL}/problems/{slug}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        **extra,
-    }
-    response = JsonResponse(
-        body, status=status, content_type="application/problem+json", json_dumps_params={
-            "ensure_ascii": False
+class Problem(Exception):
+    """An answer that is an error: status, a slug for `type`, a title, a plain sentence, and any
+    extra members (`errors`, `id`, ...). Headers (`Retry-After`, `Allow`) ride along."""
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        title: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(f"{status} {slug}: {detail}")
+        self.status, self.slug, self.title, self.detail = status, slug, title, detail
+        self.headers = headers or {}
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "type": f"{settings.SITE_URL}/problems/{self.slug}",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            **self.extra,
         }
-    )
-    if status == 401:
-        response["WWW-Authenticate"] = 'Bearer realm="receipts"'
-    return response
+
+    def response(self) -> JsonResponse:
+        response = JsonResponse(
+            self.body(),
+            status=self.status,
+            content_type="application/problem+json",
+            json_dumps_params={"ensure_ascii": False},
+        )
+        if self.status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="receipts"'
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
+
+
+def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JsonResponse:
+    """The problem+json answer itself, for code that answers rather than raises."""
+    return Problem(status, slug, title, detail, **extra).response()
