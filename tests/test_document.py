@@ -13,19 +13,17 @@ import pytest
 import rfc8785
 
 from receiptsite.receipts.document import (
-    BOUNDARY,
-    BadJSON,
     DocumentInvalid,
     Draft,
     LinkRefs,
     evidence_document,
-    is_rfc3339,
-    parse_json,
-    parse_rfc3339,
     producer_with_links,
     validate,
 )
+from receiptsite.receipts.evidence import BOUNDARY
 from receiptsite.receipts.redact import redact
+from receiptsite.receipts.rfc3339 import is_rfc3339, parse_rfc3339
+from receiptsite.receipts.strictjson import BadJSON, parse_json
 from tests.examples import EXAMPLE_BODY, EXAMPLE_CANONICAL_B64, EXAMPLE_HASH
 
 MAX = 2**53 - 1

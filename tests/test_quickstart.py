@@ -41,8 +41,8 @@ def test_quickstart_sets_up_everything_from_nothing(tmp_path: Path) -> None:
     script = (
         "import json, sys\n"
         "from receiptsite.receipts.models import Receipt\n"
-        "from receiptsite.receipts.verification import verify\n"
-        "print(json.dumps([verify(r) for r in Receipt.objects.for_verification()"
+        "from receiptsite.receipts.verification import verification_json\n"
+        "print(json.dumps([verification_json(r) for r in Receipt.objects.for_verification()"
         ".order_by('pk')]))\n"
     )
     env_site = {**env, "SECRET_KEY": (var / "secret-key").read_text(),

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from receiptsite.receipts.redact import find_secrets, redact, redact_text, truncate
+from receiptsite.receipts.redact import redact, truncate
+from receiptsite.receipts.secretscan import find_secrets, redact_text
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."

@@ -69,7 +69,7 @@ def sign(key: Ed25519PrivateKey, data: bytes) -> bytes:
     return key.sign(data)
 
 
-def verify(raw_public: bytes, data: bytes, signature: bytes) -> bool:
+def verify_signature(raw_public: bytes, data: bytes, signature: bytes) -> bool:
     # Verification answers a yes/no question for untrusted input, so nothing may escape.
     try:
         if len(signature) != SIGNATURE_SIZE or len(raw_public) != PUBLIC_KEY_SIZE:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from receiptsite.integrity.encoding import b64, b64decode
-from receiptsite.integrity.keys import PUBLIC_KEY_SIZE, public_raw, sign, verify
+from receiptsite.integrity.keys import PUBLIC_KEY_SIZE, public_raw, sign, verify_signature
 
 ED25519_TYPE = b"\x01"
 SIGNATURE_PREFIX = "\u2014 "  # EM DASH, space
@@ -116,7 +116,7 @@ def verify_note(note: str, verifier_keys: Iterable[str]) -> str | None:
         public = known.get((name, blob[:4]))
         if public is None:
             continue
-        if not verify(public, message, blob[4:]):
+        if not verify_signature(public, message, blob[4:]):
             return None
         verified = True
     return body if verified else None

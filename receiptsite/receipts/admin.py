@@ -25,7 +25,7 @@ from receiptsite.receipts.models import (
 )
 from receiptsite.receipts.presentation import page_context
 from receiptsite.receipts.services import decision_record
-from receiptsite.receipts.verification import verify
+from receiptsite.receipts.verification import verification_json
 
 
 def _cell(text: str) -> str:
@@ -121,7 +121,7 @@ class ReceiptAdmin(ReadOnlyAdmin):
     @admin.display(description="Summary")
     def plain_summary(self, obj: Receipt) -> str:
         """The same plain summary as the public page, with the server's verification."""
-        context = page_context(obj, verify(obj), show_follow_up=True)
+        context = page_context(obj, verification_json(obj), show_follow_up=True)
         return render_to_string("admin/receipts/summary.html", context)
 
     @admin.display(description="Public page")

@@ -1,9 +1,11 @@
-"""The JSON routes. Function views; a decorator authenticates the key, one helper makes every
-error (receiptsite.problems), model methods make every answer."""
+"""The JSON routes: function views, each declared by one `@api_route` (its methods, whether
+it needs a tenant's key, its rate limit, its headers). Errors are raised as Problem and
+answered in one place (receiptsite.receipts.http); answers are made by model methods."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -11,50 +13,33 @@ from django.core import signing as django_signing
 from django.core.exceptions import RequestDataTooBig
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 
 from receiptsite.integrity import keys as ed25519
 from receiptsite.integrity import note
 from receiptsite.integrity.encoding import b64
-from receiptsite.problems import problem
+from receiptsite.problems import Problem, problem
 from receiptsite.receipts import log, signing
-from receiptsite.receipts.document import BadJSON, DocumentInvalid, parse_json, parse_rfc3339
-from receiptsite.receipts.http import (
-    api_key_required,
-    capability,
-    client_address,
-    methods,
-    parse_receipt_id,
-    public_json,
-    rate_limited,
-    throttle,
-)
+from receiptsite.receipts.document import DocumentInvalid
+from receiptsite.receipts.evidence import LIST_FILTERS
+from receiptsite.receipts.http import TenantRequest, api_route, receipt_not_found, throttle
 from receiptsite.receipts.models import Receipt, SigningKey, format_timestamp
 from receiptsite.receipts.openapi import OPENAPI
+from receiptsite.receipts.rfc3339 import parse_rfc3339
 from receiptsite.receipts.services import IdempotencyKeyReused, Ingested, receipt_ingest
-from receiptsite.receipts.verification import verify as verification
-
-PHASES = ("start", "end", "completion", "confirmation", "handoff")
-OUTCOMES = ("succeeded", "failed", "timed_out", "uncertain")
+from receiptsite.receipts.strictjson import BadJSON, parse_json
+from receiptsite.receipts.validation import Enum
+from receiptsite.receipts.verification import verification_json
 
 
 def _json(body: Any, status: int = 200) -> JsonResponse:
     return JsonResponse(body, status=status, safe=False, json_dumps_params={"ensure_ascii": False})
 
 
-def _by_key(request: HttpRequest) -> str:
-    return str(request.api_key.prefix)  # type: ignore[attr-defined]
-
-
-def _by_address(request: HttpRequest) -> str:
-    return client_address(request)
-
-
 # --- reading a body ----------------------------------------------------------------------
 
 
-def _too_big(limit: int) -> JsonResponse:
-    return problem(
+def _too_big(limit: int) -> Problem:
+    return Problem(
         413,
         "payload-too-large",
         "The body is too large",
@@ -62,13 +47,13 @@ def _too_big(limit: int) -> JsonResponse:
     )
 
 
-def _read_json(request: HttpRequest, limit: int) -> object | JsonResponse:
-    """The parsed body, or the problem answer, checked in SPEC's order: 415, 413, 400."""
+def read_json(request: HttpRequest, limit: int) -> object:
+    """The parsed body, checked in SPEC's order: 415, 413, 400 (each raised as a Problem)."""
     charset = request.content_params.get("charset") if request.content_params else None
     if request.content_type != "application/json" or (
         charset is not None and charset.lower() not in ("utf-8", "utf8")
     ):
-        return problem(
+        raise Problem(
             415,
             "unsupported-media-type",
             "The body must be JSON",
@@ -79,75 +64,55 @@ def _read_json(request: HttpRequest, limit: int) -> object | JsonResponse:
     except ValueError:
         declared = 0
     if declared > limit:
-        return _too_big(limit)
+        raise _too_big(limit)
     try:
         body = request.body
     except RequestDataTooBig:
-        return _too_big(limit)
+        raise _too_big(limit) from None
     if len(body) > limit:
-        return _too_big(limit)
+        raise _too_big(limit)
     try:
         return parse_json(body)
     except BadJSON as error:
-        return problem(400, "malformed-json", "The body is not valid JSON", error.message)
+        raise Problem(400, "malformed-json", "The body is not valid JSON", error.message) from None
 
 
-# --- answers for one receipt ---------------------------------------------------------------
+# --- storing receipts ----------------------------------------------------------------------
 
 
-def _invalid(error: DocumentInvalid) -> JsonResponse:
-    fields = ", ".join(e["field"] or "(the document)" for e in error.errors)
-    return problem(
-        422,
-        "validation-error",
-        "The receipt is not valid",
-        f"{len(error.errors)} field(s) are not valid: {fields}",
-        errors=error.errors,
-    )
-
-
-def _reused(error: IdempotencyKeyReused) -> JsonResponse:
-    return problem(
-        422,
-        "idempotency-key-reused",
-        "The idempotency key names another receipt",
-        "This idempotency key already names a receipt stored from a different request. "
-        "That receipt is unchanged; use a new key for a new receipt.",
-        id=error.receipt.uuid,
-        url=error.receipt.url,
-    )
-
-
-def _ingest_one(request: HttpRequest, payload: object) -> Ingested | JsonResponse:
-    """One receipt stored or replayed, or the problem answer a single POST would give."""
+def _ingest(request: TenantRequest, payload: object) -> Ingested:
+    """One receipt stored or replayed; the Problem a single POST would answer otherwise."""
     try:
-        return receipt_ingest(api_key=request.api_key, payload=payload)  # type: ignore[attr-defined]
+        return receipt_ingest(api_key=request.api_key, payload=payload)
     except DocumentInvalid as error:
-        return _invalid(error)
+        fields = ", ".join(e["field"] or "(the document)" for e in error.errors)
+        raise Problem(
+            422,
+            "validation-error",
+            "The receipt is not valid",
+            f"{len(error.errors)} field(s) are not valid: {fields}",
+            errors=error.errors,
+        ) from None
     except IdempotencyKeyReused as error:
-        return _reused(error)
+        raise Problem(
+            422,
+            "idempotency-key-reused",
+            "The idempotency key names another receipt",
+            "This idempotency key already names a receipt stored from a different request. "
+            "That receipt is unchanged; use a new key for a new receipt.",
+            id=error.receipt.uuid,
+            url=error.receipt.url,
+        ) from None
 
 
-# --- producers and tenant readers ------------------------------------------------------------
+# Producers' writes and tenant reads draw from different buckets of the same key.
+@api_route("GET", "POST", tenant=True, rate={"POST": "ingest", "GET": "read"})
+def receipts(request: TenantRequest) -> HttpResponse:
+    return _create(request) if request.method == "POST" else _list(request)
 
 
-@csrf_exempt  # bearer keys, no cookies: a cross-site request cannot carry a key
-@methods("GET", "POST")
-@api_key_required
-def receipts(request: HttpRequest) -> HttpResponse:
-    # Producers' writes and tenant reads draw from different buckets of the same key.
-    if request.method == "POST":
-        return throttle(request, "ingest", _by_key(request)) or _create(request)
-    return throttle(request, "read", _by_key(request)) or _list(request)
-
-
-def _create(request: HttpRequest) -> HttpResponse:
-    payload = _read_json(request, settings.RECEIPT_MAX_BYTES)
-    if isinstance(payload, HttpResponse):
-        return payload
-    outcome = _ingest_one(request, payload)
-    if isinstance(outcome, HttpResponse):
-        return outcome
+def _create(request: TenantRequest) -> HttpResponse:
+    outcome = _ingest(request, read_json(request, settings.RECEIPT_MAX_BYTES))
     answer = outcome.receipt.ingest_answer()
     response = _json(answer, status=201)
     response["Location"] = answer["url"]
@@ -156,23 +121,24 @@ def _create(request: HttpRequest) -> HttpResponse:
     return response
 
 
-@csrf_exempt  # as above
-@methods("POST")
-@api_key_required
-@rate_limited("ingest", _by_key)
-def receipts_batch(request: HttpRequest) -> HttpResponse:
-    payload = _read_json(request, settings.BATCH_MAX_BYTES)
-    if isinstance(payload, HttpResponse):
-        return payload
+def _body_size(item: object) -> int:
+    # surrogatepass: an item holding a lone surrogate still has a size; validation then names
+    # the surrogate in its own problem.
+    text = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+@api_route("POST", tenant=True, rate={"POST": "ingest"})
+def receipts_batch(request: TenantRequest) -> HttpResponse:
+    payload = read_json(request, settings.BATCH_MAX_BYTES)
     items = payload.get("receipts") if isinstance(payload, dict) else None
-    shape_ok = (
+    if not (
         isinstance(payload, dict)
         and set(payload) == {"receipts"}
         and isinstance(items, list)
         and 1 <= len(items) <= settings.BATCH_MAX_ITEMS
-    )
-    if not shape_ok or not isinstance(items, list):
-        return problem(
+    ):
+        raise Problem(
             422,
             "validation-error",
             "The batch is not valid",
@@ -181,26 +147,26 @@ def receipts_batch(request: HttpRequest) -> HttpResponse:
                      f"{settings.BATCH_MAX_ITEMS} receipts, the only key of the body"}],
         )
     # The ingest limit counts receipts: the request took one token, each further item takes one.
-    limited = throttle(request, "ingest", _by_key(request), cost=len(items) - 1)
-    if limited:
-        return limited
-    results = []
+    throttle("ingest", request.api_key.prefix, cost=len(items) - 1)
+    results: list[dict[str, Any]] = []
     for item in items:
-        size = len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode())
-        if size > settings.RECEIPT_MAX_BYTES:
-            results.append(json.loads(_too_big(settings.RECEIPT_MAX_BYTES).content))
+        try:
+            if _body_size(item) > settings.RECEIPT_MAX_BYTES:
+                raise _too_big(settings.RECEIPT_MAX_BYTES)
+            outcome = _ingest(request, item)
+        except Problem as error:
+            results.append(error.body())
             continue
-        outcome = _ingest_one(request, item)
-        if isinstance(outcome, HttpResponse):
-            results.append(json.loads(outcome.content))
-        else:
-            answer = outcome.receipt.ingest_answer()
-            results.append({**answer, "status": 201, "replayed": outcome.replayed})
+        answer = outcome.receipt.ingest_answer()
+        results.append({**answer, "status": 201, "replayed": outcome.replayed})
     return _json({"results": results})
 
 
-def _bad_parameter(name: str, message: str) -> JsonResponse:
-    return problem(
+# --- reading the tenant's receipts -------------------------------------------------------------
+
+
+def _bad_parameter(name: str, message: str) -> Problem:
+    return Problem(
         400,
         "bad-query-parameter",
         "A query parameter is not valid",
@@ -221,37 +187,35 @@ def _whole_number(text: str) -> int | None:
 CURSOR_SALT = "receiptsite.receipts.cursor"
 
 
-def _list(request: HttpRequest) -> HttpResponse:
+def _list(request: TenantRequest) -> HttpResponse:
     params = request.GET
-    query = Receipt.objects.filter(tenant_id=request.api_key.tenant_id)  # type: ignore[attr-defined]
-    for name, column in (
-        ("workflow_id", "workflow_id"),
-        ("session_id", "session_id"),
-        ("subject_name", "subject_name"),
-    ):
-        if params.get(name):
-            query = query.filter(**{column: params[name]})
-    for name, allowed in (("phase", PHASES), ("outcome", OUTCOMES)):
-        if params.get(name):
-            if params[name] not in allowed:
-                return _bad_parameter(name, f"must be one of {', '.join(allowed)}")
-            query = query.filter(**{name: params[name]})
+    for name, values in params.lists():
+        if any("\x00" in value for value in values):
+            raise _bad_parameter(name, "must not contain U+0000")
+    query = Receipt.objects.filter(tenant_id=request.api_key.tenant_id)
+    for column in LIST_FILTERS:
+        wanted = params.get(column.name)
+        if not wanted:
+            continue  # an empty parameter counts as absent
+        if isinstance(column.kind, Enum) and wanted not in column.kind.choices:
+            raise _bad_parameter(column.name, f"must be one of {', '.join(column.kind.choices)}")
+        query = query.filter(**{column.name: wanted})
     for name, lookup in (("since", "recorded_at__gte"), ("until", "recorded_at__lt")):
         if params.get(name):
             try:
                 # An unencoded "+" in a query string arrives as a space: take it back.
                 when = parse_rfc3339(params[name].replace(" ", "+"))
-                query = query.filter(**{lookup: when})
             except ValueError:
-                return _bad_parameter(name, "must be an RFC 3339 date-time with an offset")
+                raise _bad_parameter(name, "must be an RFC 3339 date-time with an offset") from None
+            query = query.filter(**{lookup: when})
     limit = _whole_number(params.get("limit") or "50")
     if limit is None or not 1 <= limit <= 200:
-        return _bad_parameter("limit", "must be a whole number from 1 to 200")
+        raise _bad_parameter("limit", "must be a whole number from 1 to 200")
     if params.get("cursor"):
         try:
             after = int(django_signing.loads(params["cursor"], salt=CURSOR_SALT))
         except (django_signing.BadSignature, ValueError, TypeError):
-            return _bad_parameter("cursor", "is not a cursor this site handed out")
+            raise _bad_parameter("cursor", "is not a cursor this site handed out") from None
         query = query.filter(pk__lt=after)
     rows = list(query.select_related("log_entry").order_by("-pk")[: limit + 1])
     page = rows[:limit]
@@ -261,25 +225,15 @@ def _list(request: HttpRequest) -> HttpResponse:
     return _json({"receipts": [r.summary() for r in page], "next_cursor": next_cursor})
 
 
-def _not_found() -> JsonResponse:
-    return problem(404, "not-found", "Not found", "There is no receipt with this id.")
-
-
-@capability
-@methods("GET")
-@api_key_required
-@rate_limited("read", _by_key)
-def receipt_detail(request: HttpRequest, receipt_id: str) -> HttpResponse:
-    public_id = parse_receipt_id(receipt_id)
+@api_route("GET", tenant=True, capability=True, rate={"GET": "read"})
+def receipt_detail(request: TenantRequest, receipt_id: uuid.UUID) -> HttpResponse:
     receipt = (
         Receipt.objects.select_related("log_entry")
-        .filter(public_id=public_id, tenant_id=request.api_key.tenant_id)  # type: ignore[attr-defined]
+        .filter(public_id=receipt_id, tenant_id=request.api_key.tenant_id)
         .first()
-        if public_id
-        else None
     )
     if receipt is None:
-        return _not_found()
+        raise receipt_not_found()
     document = receipt.document()
     return _json({**receipt.summary(document), "document": document})
 
@@ -287,25 +241,16 @@ def receipt_detail(request: HttpRequest, receipt_id: str) -> HttpResponse:
 # --- public, for anyone ----------------------------------------------------------------------
 
 
-@capability
-@public_json
-@methods("GET")
-@rate_limited("read", _by_address)
-def verify(request: HttpRequest, receipt_id: str) -> HttpResponse:
-    public_id = parse_receipt_id(receipt_id)
-    receipt = (
-        Receipt.objects.for_verification().filter(public_id=public_id).first()
-        if public_id
-        else None
-    )
+@api_route("GET", public=True, capability=True, rate={"GET": "read"})
+def receipt_verification(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
+    receipt = Receipt.objects.for_verification().filter(public_id=receipt_id).first()
     if receipt is None:
-        return _not_found()
-    return _json(verification(receipt))
+        raise receipt_not_found()
+    return _json(verification_json(receipt))
 
 
-@public_json
-@methods("GET")
-def keys(request: HttpRequest) -> HttpResponse:
+@api_route("GET", public=True)
+def keys_document(request: HttpRequest) -> HttpResponse:
     signing.active_key()  # records a rotated key before it is listed
     origin = log.head().origin
     listed = []
@@ -346,8 +291,7 @@ def _log_refused(error: log.LogRollback) -> JsonResponse:
     )
 
 
-@public_json
-@methods("GET")
+@api_route("GET", public=True)
 def checkpoint(request: HttpRequest) -> HttpResponse:
     try:
         signed = log.signed_head()
@@ -358,8 +302,7 @@ def checkpoint(request: HttpRequest) -> HttpResponse:
     return response
 
 
-@public_json
-@methods("GET")
+@api_route("GET", public=True)
 def consistency(request: HttpRequest) -> HttpResponse:
     try:
         signed = log.signed_head()
@@ -369,11 +312,11 @@ def consistency(request: HttpRequest) -> HttpResponse:
     for name in ("first", "second"):
         number = _whole_number(request.GET.get(name, ""))
         if number is None:
-            return _bad_parameter(name, "must be a whole number")
+            raise _bad_parameter(name, "must be a whole number")
         values[name] = number
     first, second = values["first"], values["second"]
     if not 1 <= first <= second <= signed.size:
-        return _bad_parameter(
+        raise _bad_parameter(
             "first" if first < 1 or first > second else "second",
             f"must satisfy 1 <= first <= second <= {signed.size} (the signed tree size)",
         )
@@ -381,8 +324,7 @@ def consistency(request: HttpRequest) -> HttpResponse:
     return _json({"first": first, "second": second, "proof": [b64(p) for p in proof]})
 
 
-@public_json
-@methods("GET")
+@api_route("GET", public=True)
 def healthz(request: HttpRequest) -> HttpResponse:
     try:
         with connection.cursor() as cursor:
@@ -393,7 +335,6 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return _json({"status": "ok"})
 
 
-@public_json
-@methods("GET")
+@api_route("GET", public=True)
 def openapi(request: HttpRequest) -> HttpResponse:
     return _json(OPENAPI)

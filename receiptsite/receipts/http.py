@@ -1,104 +1,141 @@
-"""Small HTTP helpers shared by the JSON API and the pages: ids in paths, capability headers,
-API key authentication, method checks, rate limits."""
+"""The shape of every route: ids in paths, capability headers, API key authentication,
+method checks, rate limits, and the one place a Problem becomes its problem+json answer.
+
+Every JSON route is one `@api_route(...)`; the order of what it does is fixed here, not by
+the order decorators happen to be stacked in.
+"""
 
 from __future__ import annotations
 
 import functools
-import re
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 
-from receiptsite.problems import problem
+from receiptsite.problems import Problem
 from receiptsite.receipts.models import ApiKey
 
 View = Callable[..., HttpResponse]
 
-UUID_RE = re.compile(
-    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-)
+RECEIPT_ID_PATTERN = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 
 
-def parse_receipt_id(value: str) -> uuid.UUID | None:
-    """A receipt id from a path: a hyphenated UUID (any case), else None."""
-    return uuid.UUID(value) if UUID_RE.match(value) else None
+class ReceiptIdConverter:
+    """`<receipt_id:receipt_id>` in a URL pattern: a hyphenated UUID in any case, parsed once.
+    Anything else does not match the route, so it is the site's ordinary 404."""
+
+    regex = RECEIPT_ID_PATTERN
+
+    def to_python(self, value: str) -> uuid.UUID:
+        return uuid.UUID(value)
+
+    def to_url(self, value: uuid.UUID | str) -> str:
+        return str(value)
+
+
+def receipt_not_found() -> Problem:
+    """The one 404 of a receipt route: an unknown id, a malformed one and another tenant's
+    receipt are answered alike, so that an answer never tells which it was."""
+    return Problem(404, "not-found", "Not found", "There is no receipt with this id.")
+
+
+class TenantRequest(HttpRequest):
+    """A request whose bearer key was authenticated: views of tenant routes take this."""
+
+    api_key: ApiKey
+
+
+def set_capability_headers(response: HttpResponse) -> HttpResponse:
+    """A path holding a receipt id is a capability URL: keep it out of referrers, search
+    engines and caches."""
+    response["Referrer-Policy"] = "same-origin"
+    response["X-Robots-Tag"] = "noindex"
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def capability(view: View) -> View:
-    """A path holding a receipt id is a capability URL: keep it out of referrers, search
-    engines and caches. Applied to every route whose path holds a receipt id."""
+    """For pages whose path holds a receipt id (API routes say `capability=True`)."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        response["Referrer-Policy"] = "same-origin"
-        response["X-Robots-Tag"] = "noindex"
-        response["Cache-Control"] = "no-store"
-        return response
+        return set_capability_headers(view(request, *args, **kwargs))
 
     return wrapper
 
 
-def public_json(view: View) -> View:
-    """Public JSON for verifiers on other sites: any origin may read it."""
-
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        response["Access-Control-Allow-Origin"] = "*"
-        return response
-
-    return wrapper
+def _method_not_allowed(request: HttpRequest, allowed: tuple[str, ...]) -> Problem:
+    return Problem(
+        405,
+        "method-not-allowed",
+        "Method not allowed",
+        f"This route answers {', '.join(allowed)}, not {request.method}.",
+        headers={"Allow": ", ".join(allowed)},
+    )
 
 
-def methods(*allowed: str) -> Callable[[View], View]:
-    """Like require_http_methods, but the 405 is problem+json as every API error is."""
+def authenticate(request: HttpRequest) -> ApiKey:
+    """The active key of `Authorization: Bearer <key>`, with its tenant; Problem 401 else."""
+    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    key = ApiKey.authenticate(raw.strip()) if scheme.lower() == "bearer" else None
+    if key is None:
+        raise Problem(
+            401,
+            "unauthorized",
+            "A valid API key is required",
+            "Send an active API key as `Authorization: Bearer <key>`. "
+            "The key given is missing, unknown or revoked.",
+        )
+    return key
+
+
+def api_route(
+    *allowed: str,
+    tenant: bool = False,
+    public: bool = False,
+    capability: bool = False,
+    rate: dict[str, str] | None = None,
+) -> Callable[[View], View]:
+    """Every JSON route, in one order: the method (405 problem+json with `Allow`; HEAD where
+    GET is served), then with `tenant` the bearer key (401; the view gets a TenantRequest),
+    then the rate limit of `rate[method]` (per key on tenant routes, per client address on
+    public ones), then the view. A Problem raised anywhere below becomes its answer here.
+    `public` routes may be read from any origin; `capability` routes (a receipt id in the
+    path) keep their links private. Bearer keys, never cookies: no CSRF token is needed, and
+    a wrong method is a 405, never Django's CSRF page."""
 
     def decorator(view: View) -> View:
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if request.method not in allowed and not (
-                request.method == "HEAD" and "GET" in allowed
-            ):
-                response = problem(
-                    405,
-                    "method-not-allowed",
-                    "Method not allowed",
-                    f"This route answers {', '.join(allowed)}, not {request.method}.",
-                )
-                response["Allow"] = ", ".join(allowed)
-                return response
-            return view(request, *args, **kwargs)
+            try:
+                method = "GET" if request.method == "HEAD" else request.method or ""
+                if method not in allowed:
+                    raise _method_not_allowed(request, allowed)
+                who = client_address(request)
+                if tenant:
+                    key = authenticate(request)
+                    cast(TenantRequest, request).api_key = key
+                    who = key.prefix
+                if rate and method in rate:
+                    throttle(rate[method], who)
+                response = view(request, *args, **kwargs)
+            except Problem as error:
+                response = error.response()
+            if capability:
+                set_capability_headers(response)
+            if public:
+                response["Access-Control-Allow-Origin"] = "*"
+            return response
 
-        return wrapper
+        return csrf_exempt(wrapper)
 
     return decorator
-
-
-def api_key_required(view: View) -> View:
-    """Authenticate `Authorization: Bearer <key>`; sets request.api_key (tenant included)."""
-
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-        key = ApiKey.authenticate(raw.strip()) if scheme.lower() == "bearer" else None
-        if key is None:
-            return problem(
-                401,
-                "unauthorized",
-                "A valid API key is required",
-                "Send an active API key as `Authorization: Bearer <key>`. "
-                "The key given is missing, unknown or revoked.",
-            )
-        request.api_key = key  # type: ignore[attr-defined]
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 # --- rate limits: token buckets in the cache -------------------------------------------------
@@ -130,31 +167,37 @@ def client_address(request: HttpRequest) -> str:
     return address
 
 
-def throttle(request: HttpRequest, scope: str, who: str, cost: int = 1) -> HttpResponse | None:
-    """Take `cost` tokens from `who`'s bucket in `scope`; the 429 answer when there are too
-    few. A cost above the burst is charged as the whole burst, so it can pass once full."""
+def throttle(scope: str, who: str, cost: int = 1) -> None:
+    """Take `cost` tokens from `who`'s bucket in `scope`; Problem 429 when there are too few.
+    A cost above the burst is charged as the whole burst, so it can pass once full."""
     limits = _limits()
     if limits is None or scope not in limits:
-        return None
+        return
     burst, rate = limits[scope]
     wait = _take(f"rl:{scope}:{who}", burst, rate, min(float(cost), burst))
     if wait <= 0:
-        return None
+        return
     seconds = int(wait) + 1
-    response = problem(
-        429, "rate-limited", "Too many requests", f"Slow down: try again in {seconds} second(s)."
+    raise Problem(
+        429,
+        "rate-limited",
+        "Too many requests",
+        f"Slow down: try again in {seconds} second(s).",
+        headers={"Retry-After": str(seconds)},
     )
-    response["Retry-After"] = str(seconds)
-    return response
 
 
-def rate_limited(scope: str, who: Callable[[HttpRequest], str]) -> Callable[[View], View]:
-    """One token per request from `who(request)`'s bucket in `scope`."""
+def rate_limited(scope: str) -> Callable[[View], View]:
+    """For pages: one token per request from the client address's bucket in `scope`."""
 
     def decorator(view: View) -> View:
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            return throttle(request, scope, who(request)) or view(request, *args, **kwargs)
+            try:
+                throttle(scope, client_address(request))
+            except Problem as error:
+                return error.response()
+            return view(request, *args, **kwargs)
 
         return wrapper
 

@@ -15,7 +15,10 @@ from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import models
+from django.urls import reverse
 from django.utils import timezone
+
+from receiptsite.receipts.evidence import COLUMNS, StoredColumn
 
 
 def format_timestamp(value: datetime) -> str:
@@ -125,14 +128,14 @@ class Receipt(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="receipts")
     api_key = models.ForeignKey(ApiKey, on_delete=models.PROTECT, related_name="receipts")
     recorded_at = models.DateTimeField()
-    workflow_id = models.CharField(max_length=200)
-    session_id = models.CharField(max_length=200, blank=True, default="")
-    phase = models.CharField(max_length=20)
-    subject_name = models.CharField(max_length=200)
-    outcome = models.CharField(max_length=20, null=True, blank=True)
-    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
-    framework_name = models.CharField(max_length=50, blank=True, default="")
-    trace_id = models.CharField(max_length=200, blank=True, default="")
+    # The columns that repeat fields of the document (workflow_id, phase, subject_name, ...)
+    # are added below from the declaration, evidence.COLUMNS. These annotations are for the
+    # type checker, for the few the code reads by name.
+    workflow_id: str
+    phase: str
+    subject_name: str
+    outcome: str | None
+    idempotency_key: str | None
     # SHA-256 of the producer's part of the document: "the same request" for idempotency.
     request_hash = models.CharField(max_length=64)
     canonical_bytes = models.BinaryField()
@@ -165,11 +168,11 @@ class Receipt(models.Model):
 
     @property
     def url(self) -> str:
-        return f"{settings.SITE_URL}/run/{self.public_id}"
+        return settings.SITE_URL + reverse("receipt-page", args=[self.public_id])
 
     @property
     def verify_url(self) -> str:
-        return f"{settings.SITE_URL}/api/receipt/{self.public_id}/verify"
+        return settings.SITE_URL + reverse("api-verify", args=[self.public_id])
 
     @property
     def log_index(self) -> int | None:
@@ -204,6 +207,18 @@ class Receipt(models.Model):
             "subject": doc.get("subject", {}),
             "outcome": self.outcome,
         }
+
+
+def _column_field(column: StoredColumn) -> models.CharField[str | None, str | None]:
+    if column.null:
+        return models.CharField(max_length=column.max_length, null=True, blank=True)
+    if column.required:
+        return models.CharField(max_length=column.max_length)
+    return models.CharField(max_length=column.max_length, blank=True, default="")
+
+
+for _column in COLUMNS:
+    Receipt.add_to_class(_column.name, _column_field(_column))
 
 
 class LogEntry(models.Model):

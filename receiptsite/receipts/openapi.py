@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from receiptsite.receipts import evidence
+from receiptsite.receipts.validation import Enum
+
 STRING = {"type": "string"}
 UUID = {"type": "string", "format": "uuid"}
 TIMESTAMP = {"type": "string", "format": "date-time"}
+
+
+def _filter_schema(column: evidence.StoredColumn) -> dict[str, Any]:
+    if isinstance(column.kind, Enum):
+        return column.kind.schema()
+    return {"type": "string", "maxLength": column.max_length, "pattern": "^[^\\u0000]*$"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -33,90 +42,7 @@ BODY_ERRORS = {
     "422": _problem("The document is not valid, or the idempotency key names another receipt"),
     "429": _problem("Too many requests"),
 }
-TEXT_FIELD = {"type": "string"}
-SHORT = {"type": "string", "maxLength": 200}
-
-RECEIPT_IN: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["workflow_id", "phase", "subject"],
-    "properties": {
-        "workflow_id": {"type": "string", "minLength": 1, "maxLength": 200},
-        "step_id": SHORT,
-        "attempt": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "number": {"type": "integer", "minimum": 1},
-                "prior_attempt_id": SHORT,
-                "retry_reason": {"type": "string", "maxLength": 500},
-            },
-        },
-        "phase": {"enum": ["start", "end", "completion", "confirmation", "handoff"]},
-        "subject": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["type", "name"],
-            "properties": {
-                "type": {"enum": ["tool", "task", "chain", "agent_run", "model", "external"]},
-                "name": {"type": "string", "minLength": 1, "maxLength": 200},
-                "version": {"type": "string", "maxLength": 100},
-            },
-        },
-        "framework": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "name": {"type": "string", "maxLength": 50},
-                "version": SHORT,
-                "run_id": SHORT,
-                "parent_run_id": SHORT,
-                "tool_call_id": SHORT,
-            },
-        },
-        "session_id": SHORT,
-        "actor": SHORT,
-        "trace_id": SHORT,
-        "request_id": SHORT,
-        "outcome": {"enum": ["succeeded", "failed", "timed_out", "uncertain"]},
-        "started_at": TIMESTAMP,
-        "ended_at": TIMESTAMP,
-        "duration_ms": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
-        "input_summary": TEXT_FIELD,
-        "result": TEXT_FIELD,
-        "observed": {
-            "type": "array",
-            "maxItems": 20,
-            "items": {"type": "string", "maxLength": 500},
-        },
-        "not_observed": {
-            "type": "array",
-            "maxItems": 20,
-            "items": {"type": "string", "maxLength": 500},
-        },
-        "operation_ref": SHORT,
-        "links": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "parent_receipt_id": UUID,
-                "child_receipt_ids": {"type": "array", "maxItems": 100, "items": UUID},
-                "parent_idempotency_key": SHORT,
-                "child_idempotency_keys": {"type": "array", "maxItems": 100, "items": SHORT},
-            },
-        },
-        "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200,
-                            "pattern": "^[\\x21-\\x7e]+$"},
-        "metadata": {
-            "type": "object",
-            "maxProperties": 20,
-            "propertyNames": {"pattern": "^[a-z][a-z0-9_.-]{0,63}$"},
-            "additionalProperties": {
-                "type": ["string", "integer", "boolean", "null"],
-            },
-        },
-    },
-}
+RECEIPT_IN: dict[str, Any] = evidence.json_schema()
 
 INGEST_ANSWER = {
     "type": "object",
@@ -170,13 +96,11 @@ VERIFICATION = {
 }
 
 LIST_PARAMS = [
+    {"name": column.name, "in": "query", "required": False, "schema": _filter_schema(column)}
+    for column in evidence.LIST_FILTERS
+] + [
     {"name": name, "in": "query", "required": False, "schema": schema}
     for name, schema in [
-        ("workflow_id", STRING),
-        ("session_id", STRING),
-        ("subject_name", STRING),
-        ("phase", {"enum": ["start", "end", "completion", "confirmation", "handoff"]}),
-        ("outcome", {"enum": ["succeeded", "failed", "timed_out", "uncertain"]}),
         ("since", TIMESTAMP),
         ("until", TIMESTAMP),
         ("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.utils.translation import get_language, gettext_lazy, pgettext_lazy
 from django.utils.translation import gettext as _
 
-from receiptsite.receipts.document import BOUNDARY
+from receiptsite.receipts.evidence import BOUNDARY, page_rows
 from receiptsite.receipts.models import Receipt, ReviewDecision
 
 SUBJECT_WORDS = {
@@ -118,7 +118,7 @@ def follow_up_line(receipt: Receipt, *, show_follow_up: bool) -> str:
 
 
 def receipt_handoff(receipt: Receipt, *, show_follow_up: bool) -> str:
-    return handoff_text(
+    return handoff_block(
         receipt.document(), receipt.url, follow_up_line(receipt, show_follow_up=show_follow_up)
     )
 
@@ -146,7 +146,7 @@ def _linked(receipt: Receipt, links: dict[str, Any]) -> tuple[Any, list[dict[str
     return (describe(parent_id) if parent_id else None), [describe(i) for i in child_ids]
 
 
-def handoff_text(doc: dict[str, Any], url: str, follow_up: str) -> str:
+def handoff_block(doc: dict[str, Any], url: str, follow_up: str) -> str:
     """The hand-off block of SPEC.md: one text for the page, handoff.txt and the client."""
     subject = doc.get("subject", {})
     attempt = doc.get("attempt", {"number": 1})
@@ -206,11 +206,16 @@ def page_context(
         "links_children": children,
         "redactions": doc.get("redactions", []),
         "metadata": sorted(doc.get("metadata", {}).items()),
+        # The labelled fields of each section, as the declaration labels them.
+        "texts": page_rows(doc, "text"),
+        "workflow_rows": page_rows(doc, "workflow"),
+        "timing_rows": page_rows(doc, "timing"),
+        "technical_rows": page_rows(doc, "technical"),
         "verification": verification,
         "status": status,
         "checks": checks,
         "failed_checks": [c for c in checks if c["result"] == "fail"],
-        "handoff": handoff_text(
+        "handoff": handoff_block(
             doc, receipt.url, follow_up_line(receipt, show_follow_up=show_follow_up)
         ),
         "site_url": settings.SITE_URL,

@@ -27,6 +27,7 @@ from receiptsite.receipts.document import (
     producer_with_links,
     validate,
 )
+from receiptsite.receipts.evidence import columns_of
 from receiptsite.receipts.models import (
     ApiKey,
     LogEntry,
@@ -154,14 +155,7 @@ def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
             tenant=tenant,
             api_key=api_key,
             recorded_at=recorded_at,
-            workflow_id=producer["workflow_id"],
-            session_id=producer.get("session_id", ""),
-            phase=producer["phase"],
-            subject_name=producer["subject"]["name"],
-            outcome=producer.get("outcome"),
-            idempotency_key=idempotency_key,
-            framework_name=producer.get("framework", {}).get("name", ""),
-            trace_id=producer.get("trace_id", ""),
+            **columns_of(producer),
             request_hash=request_hash,
             canonical_bytes=data,
             output_hash=sha256_hex(data),

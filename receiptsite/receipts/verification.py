@@ -11,41 +11,44 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from django.conf import settings
+from django.urls import reverse
 from django.utils import timezone
 
 from receiptsite.integrity import keys, merkle
 from receiptsite.integrity.canonical import is_canonical, sha256_hex
 from receiptsite.integrity.encoding import b64
 from receiptsite.receipts import log
+from receiptsite.receipts.evidence import COLUMNS, columns_of
 from receiptsite.receipts.models import LogEntry, Receipt, SigningKey, format_timestamp
 
 
-class Check(TypedDict):
+class CheckResult(TypedDict):
     name: str
     result: str  # pass | fail | pending
     detail: str
 
 
-def _check(name: str, passed: bool, ok: str, failed: str) -> Check:
+def _check(name: str, passed: bool, ok: str, failed: str) -> CheckResult:
     if passed:
         return {"name": name, "result": "pass", "detail": ok}
     return {"name": name, "result": "fail", "detail": failed}
 
 
 def _record_matches(receipt: Receipt, data: bytes) -> tuple[bool, list[str]]:
-    """Compare the stored columns with the document; return the names that disagree."""
+    """Compare every stored column with the document; return the names that disagree.
+
+    The columns are the declaration's (evidence.COLUMNS) plus the site's own: whatever a list
+    filter or an admin search reads is vouched for here.
+    """
     try:
         doc = json.loads(data)
-        subject = doc.get("subject") or {}
+        if not isinstance(doc, dict):
+            raise TypeError("not an object")
         expected: dict[str, Any] = {
             "id": doc.get("id"),
             "tenant": (doc.get("tenant") or {}).get("slug"),
             "recorded_at": doc.get("recorded_at"),
-            "workflow_id": doc.get("workflow_id"),
-            "phase": doc.get("phase"),
-            "subject.name": subject.get("name"),
-            "outcome": doc.get("outcome"),
-            "idempotency_key": doc.get("idempotency_key"),
+            **columns_of(doc),
             "output_hash": sha256_hex(data),
         }
     except (ValueError, AttributeError, TypeError):
@@ -54,23 +57,19 @@ def _record_matches(receipt: Receipt, data: bytes) -> tuple[bool, list[str]]:
         "id": receipt.uuid,
         "tenant": receipt.tenant.slug,
         "recorded_at": format_timestamp(receipt.recorded_at),
-        "workflow_id": receipt.workflow_id,
-        "phase": receipt.phase,
-        "subject.name": receipt.subject_name,
-        "outcome": receipt.outcome,
-        "idempotency_key": receipt.idempotency_key,
+        **{column.name: getattr(receipt, column.name) for column in COLUMNS},
         "output_hash": receipt.output_hash,
     }
     wrong = [name for name in actual if actual[name] != expected[name]]
     return not wrong, wrong
 
 
-def verify(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
+def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
     """The verification JSON of SPEC.md for `receipt` (fetched with for_verification())."""
     data = receipt.raw_bytes()
     signature = bytes(receipt.signature)
     key: SigningKey = receipt.signing_key
-    checks: list[Check] = []
+    checks: list[CheckResult] = []
 
     checks.append(
         _check(
@@ -106,7 +105,7 @@ def verify(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
         checks.append(
             _check(
                 "signature",
-                keys.verify(bytes(key.public_key), data, signature),
+                keys.verify_signature(bytes(key.public_key), data, signature),
                 "The Ed25519 signature verifies under a published key.",
                 "The Ed25519 signature does not verify under the published key.",
             )
@@ -131,14 +130,14 @@ def verify(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
             "algorithm": "Ed25519",
             "key_id": key.kid,
             "value": b64(signature),
-            "keys_url": f"{settings.SITE_URL}/.well-known/receipt-keys.json",
+            "keys_url": settings.SITE_URL + reverse("receipt-keys"),
         },
         "log": log_json,
         "verified_at": format_timestamp(now or timezone.now()),
     }
 
 
-def _log_part(receipt: Receipt, data: bytes) -> tuple[dict[str, Any] | None, Check]:
+def _log_part(receipt: Receipt, data: bytes) -> tuple[dict[str, Any] | None, CheckResult]:
     try:
         index = receipt.log_entry.index
     except LogEntry.DoesNotExist:

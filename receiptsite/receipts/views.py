@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -10,33 +11,30 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.templatetags.static import static
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
-from receiptsite.problems import problem
+from receiptsite.problems import Problem, problem
 from receiptsite.receipts.forms import DecisionForm
 from receiptsite.receipts.http import (
     capability,
-    client_address,
-    parse_receipt_id,
     rate_limited,
+    receipt_not_found,
+    set_capability_headers,
 )
 from receiptsite.receipts.models import Receipt, ReviewDecision
 from receiptsite.receipts.presentation import page_context, receipt_handoff
 from receiptsite.receipts.services import decision_record
-from receiptsite.receipts.verification import verify
+from receiptsite.receipts.verification import verification_json
 
 
-def _by_address(request: HttpRequest) -> str:
-    return client_address(request)
-
-
-@require_GET
+@require_safe
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "home.html")
 
 
-@require_GET
+@require_safe
 def favicon(request: HttpRequest) -> HttpResponse:
     """Browsers ask for /favicon.ico on pages that name no icon (the admin's)."""
     return redirect(static("favicon.svg"), permanent=True)
@@ -46,11 +44,8 @@ def _is_auditor(request: HttpRequest) -> bool:
     return bool(request.user.has_perm("receipts.view_reviewdecision"))
 
 
-def _receipt(receipt_id: str) -> Receipt | None:
-    public_id = parse_receipt_id(receipt_id)
-    if public_id is None:
-        return None
-    return Receipt.objects.for_verification().filter(public_id=public_id).first()
+def _receipt(receipt_id: uuid.UUID) -> Receipt | None:
+    return Receipt.objects.for_verification().filter(public_id=receipt_id).first()
 
 
 def _can_review(request: HttpRequest) -> bool:
@@ -61,7 +56,7 @@ def _render_page(
     request: HttpRequest, receipt: Receipt, *, form: DecisionForm | None = None,
     partial: str = "", status: int = 200,
 ) -> HttpResponse:
-    context = page_context(receipt, verify(receipt), show_follow_up=_is_auditor(request))
+    context = page_context(receipt, verification_json(receipt), show_follow_up=_is_auditor(request))
     if _is_auditor(request):
         # Decisions are internal: only signed-in auditors ever see them.
         context["decisions"] = list(
@@ -78,9 +73,9 @@ def _render_page(
 
 
 @capability
-@require_GET
-@rate_limited("read", _by_address)
-def receipt_page(request: HttpRequest, receipt_id: str) -> HttpResponse:
+@require_safe
+@rate_limited("read")
+def receipt_page(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     receipt = _receipt(receipt_id)
     if receipt is None:
         return render(request, "404.html", status=404)
@@ -92,7 +87,7 @@ def receipt_page(request: HttpRequest, receipt_id: str) -> HttpResponse:
 
 @capability
 @require_POST
-def receipt_decision(request: HttpRequest, receipt_id: str) -> HttpResponse:
+def receipt_decision(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     """Append an auditor's decision from the page (htmx re-renders the decisions list)."""
     receipt = _receipt(receipt_id)
     if receipt is None:
@@ -114,13 +109,13 @@ def receipt_decision(request: HttpRequest, receipt_id: str) -> HttpResponse:
     )
     if htmx:
         return _render_page(request, receipt, partial="decisions-panel")
-    return redirect(f"/run/{receipt.public_id}#decisions")
+    return redirect(reverse("receipt-page", args=[receipt.public_id]) + "#decisions")
 
 
 @capability
-@require_GET
-@rate_limited("read", _by_address)
-def handoff_text(request: HttpRequest, receipt_id: str) -> HttpResponse:
+@require_safe
+@rate_limited("read")
+def handoff_txt(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     receipt = _receipt(receipt_id)
     if receipt is None:
         return HttpResponse(
@@ -156,13 +151,14 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     response: HttpResponse
     if _is_api(request):
-        response = problem(404, "not-found", "Not found", "There is no such route or receipt.")
+        missing = receipt_not_found() if _is_capability_path(request.path) else Problem(
+            404, "not-found", "Not found", "There is no such route or receipt."
+        )
+        response = missing.response()
     else:
         response = render(request, "404.html", status=404)
     if _is_capability_path(request.path):
-        response["Referrer-Policy"] = "same-origin"
-        response["X-Robots-Tag"] = "noindex"
-        response["Cache-Control"] = "no-store"
+        set_capability_headers(response)
     return response
 
 

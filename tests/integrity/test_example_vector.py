@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from receiptsite.integrity.canonical import is_canonical, sha256_hex
 from receiptsite.integrity.encoding import b64decode, b64url_decode
-from receiptsite.integrity.keys import jwk_thumbprint, public_pem, verify
+from receiptsite.integrity.keys import jwk_thumbprint, public_pem, verify_signature
 from receiptsite.integrity.merkle import leaf_hash, verify_inclusion
 from receiptsite.integrity.note import (
     checkpoint_body,
@@ -51,7 +51,7 @@ def test_the_canonical_bytes_are_in_rfc_8785_form() -> None:
 
 
 def test_the_receipt_signature_verifies_under_the_published_key() -> None:
-    assert verify(PUBLIC, DOCUMENT, b64decode(SIGNATURE))
+    assert verify_signature(PUBLIC, DOCUMENT, b64decode(SIGNATURE))
 
 
 def test_the_kid_is_the_jwk_thumbprint_of_x() -> None:

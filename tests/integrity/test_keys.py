@@ -15,7 +15,7 @@ from receiptsite.integrity.keys import (
     public_pem,
     public_raw,
     sign,
-    verify,
+    verify_signature,
 )
 
 # RFC 8037 Appendix A.1-A.3: a published Ed25519 JWK and its RFC 7638 thumbprint.
@@ -32,7 +32,7 @@ def test_a_generated_key_signs_and_verifies() -> None:
     raw = public_raw(key)
     signature = sign(key, b"receipt")
     assert len(raw) == 32 and len(signature) == 64
-    assert verify(raw, b"receipt", signature)
+    assert verify_signature(raw, b"receipt", signature)
     assert jwk(raw) == {"kty": "OKP", "crv": "Ed25519", "x": jwk(raw)["x"]}
     assert b64url_decode(jwk(raw)["x"]) == raw
     assert public_pem(raw).startswith("-----BEGIN PUBLIC KEY-----\n")
@@ -46,7 +46,7 @@ def test_it_loads_a_key_written_by_openssl() -> None:
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("no openssl with Ed25519 here")
     key = load_private_key_pem(pem)
-    assert verify(public_raw(key), b"x", sign(key, b"x"))
+    assert verify_signature(public_raw(key), b"x", sign(key, b"x"))
 
 
 def test_it_refuses_a_key_that_is_not_ed25519() -> None:
@@ -83,20 +83,20 @@ def test_it_rejects_a_flipped_bit_anywhere() -> None:
     for i in range(len(signature) * 8):
         flipped = bytearray(signature)
         flipped[i // 8] ^= 1 << (i % 8)
-        assert not verify(raw, data, bytes(flipped))
+        assert not verify_signature(raw, data, bytes(flipped))
     for i in range(len(data) * 8):
         changed = bytearray(data)
         changed[i // 8] ^= 1 << (i % 8)
-        assert not verify(raw, bytes(changed), signature)
+        assert not verify_signature(raw, bytes(changed), signature)
 
 
 def test_it_rejects_another_key_and_wrong_lengths_without_raising() -> None:
     key = load_private_key_pem(generate_private_key_pem())
     other = public_raw(load_private_key_pem(generate_private_key_pem()))
     raw, signature = public_raw(key), sign(key, b"x")
-    assert not verify(other, b"x", signature)
-    assert not verify(raw, b"x", signature[:-1])
-    assert not verify(raw, b"x", signature + b"\x00")
-    assert not verify(raw[:-1], b"x", signature)
-    assert not verify(b"", b"x", b"")
-    assert not verify(None, b"x", signature)  # type: ignore[arg-type]
+    assert not verify_signature(other, b"x", signature)
+    assert not verify_signature(raw, b"x", signature[:-1])
+    assert not verify_signature(raw, b"x", signature + b"\x00")
+    assert not verify_signature(raw[:-1], b"x", signature)
+    assert not verify_signature(b"", b"x", b"")
+    assert not verify_signature(None, b"x", signature)  # type: ignore[arg-type]

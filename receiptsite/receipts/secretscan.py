@@ -1,0 +1,170 @@
+"""The secrets the site recognises in text: one list of patterns for redaction (free text) and
+for refusing identifiers that look like secrets (an identifier cannot be redacted without
+breaking what it correlates).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+REDACTED: Final = "[REDACTED]"
+
+# A token wrapped onto the next line (a log line cut at 76 columns, a pasted header): one line
+# break, with the next line's indentation, may stand inside a JWT or after "Bearer".
+_BREAK: Final = r"(?:\r?\n[ \t]*)"
+_WRAPPED: Final = rf"[A-Za-z0-9_-]+(?:{_BREAK}[A-Za-z0-9_-]+)?"
+_DOT: Final = rf"{_BREAK}?\.{_BREAK}?"
+
+
+@dataclass(frozen=True)
+class _Rule:
+    pattern: re.Pattern[str]
+    # The named group "secret" is what gets replaced; without it, the whole match is.
+    accept: Callable[[str], bool] | None = None
+
+    def spans(self, text: str) -> Iterator[tuple[int, int]]:
+        for match in self.pattern.finditer(text):
+            group = "secret" if "secret" in self.pattern.groupindex else 0
+            start, end = match.span(group)
+            if self.accept is None or self.accept(text[start:end]):
+                yield start, end
+
+
+def _looks_random(token: str) -> bool:
+    # Real tokens are long or mix in digits and punctuation; "bearer of bad news" is prose.
+    return len(token) >= 8 or not token.isalpha()
+
+
+def _has_digit_or_is_long(token: str) -> bool:
+    # "sk-learn-tutorial" is prose; random keys carry digits or are long.
+    return len(token) >= 20 or any(c.isdigit() for c in token)
+
+
+def _not_a_placeholder(value: str) -> bool:
+    # "********" is a mask someone already applied, not a secret.
+    return len(set(value)) > 1
+
+
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+# What an unterminated block (cut off by the producer) can hold: base64, headers, and the line
+# breaks written out as \n when the key sits inside an escaped JSON string.
+_PEM_BODY = re.compile(r"[A-Za-z0-9+/=\s\\:,.-]*")
+
+
+def _pem_blocks(text: str) -> Iterator[tuple[int, int]]:
+    """Private-key PEM blocks, BEGIN to END, whole.
+
+    Done by hand rather than with one regex: a lazy "BEGIN.*?END" rescans the rest of the
+    text for every BEGIN, which a body full of BEGINs turns into seconds of work.
+    """
+    ends = [(match.start(), match.end()) for match in _PEM_END.finditer(text)]
+    end_starts = [start for start, _ in ends]
+    covered = 0
+    for begin in _PEM_BEGIN.finditer(text):
+        if begin.start() < covered:
+            continue  # inside the block found before: one secret, not two
+        i = bisect.bisect_left(end_starts, begin.end())
+        if i < len(ends):
+            stop = ends[i][1]
+        else:
+            body = _PEM_BODY.match(text, begin.end())
+            stop = body.end() if body else begin.end()
+        covered = stop
+        if text.find(REDACTED, begin.start(), stop) == -1:
+            yield begin.start(), stop
+
+
+# Lookbehinds such as (?<![A-Za-z0-9_]) keep a pattern from starting inside a longer word,
+# and keep the scan linear: a pattern is only tried where a word starts.
+_RULES: Final = (
+    # Bearer tokens (RFC 6750 b64token); the word "Bearer " stays.
+    _Rule(
+        re.compile(
+            r"(?<![A-Za-z0-9_])(?i:bearer)(?:[ \t]+|[ \t]*\r?\n[ \t]*)"
+            r"(?P<secret>[A-Za-z0-9\-._~+/]*[A-Za-z0-9\-_~+/]=*)"
+        ),
+        accept=_looks_random,
+    ),
+    # Basic credentials in an Authorization header.
+    _Rule(
+        re.compile(
+            r"(?i:authorization)[\"']?[ \t]*[:=][ \t]*[\"']?(?i:basic)[ \t]+"
+            r"(?P<secret>[A-Za-z0-9+/]+=*)"
+        )
+    ),
+    # OpenAI/Anthropic/Stripe-style keys: sk-..., sk-proj-..., sk_live_..., rk_live_...
+    _Rule(
+        re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)[-_][A-Za-z0-9_-]{10,}"),
+        accept=lambda key: _has_digit_or_is_long(key[3:]),
+    ),
+    # AWS access key ids, and a secret access key where it is named as one.
+    _Rule(re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
+    _Rule(
+        re.compile(
+            r"(?i:aws_?secret(?:_?access_?key)?)[\"']?[ \t]*[:=][ \t]*[\"']?"
+            r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"
+        )
+    ),
+    # The password in scheme://user:password@host.
+    _Rule(
+        re.compile(
+            r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
+            r"[^\s:/?#@\[\]]*:(?P<secret>[^\s/?#@\[\]]+)@"
+        )
+    ),
+    # JWTs: three base64url segments, the first a JSON header ("eyJ" is base64 of '{"').
+    _Rule(re.compile(rf"(?<![A-Za-z0-9_-])eyJ{_WRAPPED}{_DOT}{_WRAPPED}{_DOT}{_WRAPPED}")),
+    # GitHub tokens.
+    _Rule(re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,})")),
+    # Slack tokens.
+    _Rule(re.compile(r"(?<![A-Za-z0-9_])(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,}")),
+    # Google API keys.
+    _Rule(re.compile(r"(?<![A-Za-z0-9_])AIza[0-9A-Za-z_-]{35}")),
+    # The value of an assignment whose name says it is secret: password=..., api_key: ...
+    _Rule(
+        re.compile(
+            r"(?<![A-Za-z0-9])(?i:password|passwd|client_secret|secret_key"
+            r"|api[_-]?key|api[_-]?token|access[_-]?token|auth[_-]?token|refresh[_-]?token)"
+            r"[\"']?[ \t]*[:=][ \t]*[\"']?"
+            r"(?P<secret>[^\s\"'\[\]<>,;&]{6,})"
+        ),
+        accept=_not_a_placeholder,
+    ),
+)
+
+
+_FINDERS: Final[tuple[Callable[[str], Iterator[tuple[int, int]]], ...]] = (
+    _pem_blocks,
+    *(rule.spans for rule in _RULES),
+)
+
+
+def find_secrets(text: str) -> list[tuple[int, int]]:
+    """Spans of the secrets in `text`, in order; overlapping finds count as one secret."""
+    found = sorted(span for find in _FINDERS for span in find(text) if span[0] < span[1])
+    merged: list[tuple[int, int]] = []
+    for start, end in found:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    # Text a client already redacted is left alone.
+    return [(start, end) for start, end in merged if text[start:end] != REDACTED]
+
+
+def redact_text(text: str) -> tuple[str, list[int]]:
+    """`text` with each secret replaced by [REDACTED], and each secret's length."""
+    pieces: list[str] = []
+    removed: list[int] = []
+    position = 0
+    for start, end in find_secrets(text):
+        pieces += [text[position:start], REDACTED]
+        removed.append(end - start)
+        position = end
+    pieces.append(text[position:])
+    return "".join(pieces), removed
