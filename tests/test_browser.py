@@ -11,12 +11,15 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from receiptsite.integrity import keys, note
+from receiptsite.integrity.encoding import b64url_decode
 from tests.conftest import EXAMPLE_BODY
 from tests.live import PYTHON, REPO, LiveSite, is_postgres
 
@@ -31,7 +34,7 @@ if not Path(CHROMIUM).exists():  # scripts/test installs it; say so plainly if i
                 pytrace=False)
 
 from axe_playwright_python.base import AXE_SCRIPT  # noqa: E402
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright  # noqa: E402
 
 
 def collect_static() -> None:
@@ -101,22 +104,23 @@ def awkward_signing_key(folder: Path) -> Path:
             return path
 
 
+def publish(live: LiveSite, **changes: Any) -> dict[str, Any]:
+    body = {**EXAMPLE_BODY, **changes}
+    response = live.post("/api/receipts", body,
+                         headers={"Authorization": f"Bearer {live.api_key}"})
+    assert response.status == 201, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     collect_static()
     key = awkward_signing_key(tmp_path_factory.mktemp("keys"))
     with LiveSite(workers=2, env={"SIGNING_KEY_FILE": str(key)}) as live:
-        def publish(**changes: Any) -> dict[str, Any]:
-            body = {**EXAMPLE_BODY, **changes}
-            response = live.post("/api/receipts", body,
-                                 headers={"Authorization": f"Bearer {live.api_key}"})
-            assert response.status == 201, response.text
-            answer: dict[str, Any] = response.json()
-            return answer
-
-        valid = publish(idempotency_key="valid")
-        tampered = publish(idempotency_key="tampered")
-        started = publish(idempotency_key="start", phase="start", outcome=None)
+        valid = publish(live, idempotency_key="valid")
+        tampered = publish(live, idempotency_key="tampered")
+        started = publish(live, idempotency_key="start", phase="start", outcome=None)
         tamper_live(live, tampered["id"])
         live.manage(
             "shell", "-c",
@@ -405,3 +409,175 @@ def test_a_browser_that_cannot_check_says_so_and_never_failed(
         assert "PASS" in text  # the hash and the inclusion proof still checked
         assert results.locator(".check-unchecked").count() == 2  # both signatures
     context.close()
+
+
+# --- checkpoints the page must not accept -----------------------------------------------
+# The page reads a C2SP signed note as the server does (receiptsite/integrity/note.py and
+# `checklog`): the text ends at the LAST blank line, and a signature only counts when its key
+# is published and not marked compromised. Where a test needs a note no honest site serves,
+# Playwright swaps the checkpoint in the verification JSON for one signed with a real key;
+# the page's own code and the browser's Web Crypto still do all the checking.
+
+
+def note_text(signed: str) -> str:
+    """The text of a signed note as the server splits it: up to the last blank line."""
+    return signed[: signed.rindex("\n\n") + 1]
+
+
+def signature_line(text: str, origin: str, key: Ed25519PrivateKey) -> str:
+    """One real signature line (newline included) by `key` over the note text `text`."""
+    return note.sign_note(text, origin, key)[len(text) + 1:]
+
+
+def site_key(live: LiveSite) -> Ed25519PrivateKey:
+    """The live site's active signing key, read from its SIGNING_KEY_FILE."""
+    return keys.load_private_key_pem(Path(live.base_env["SIGNING_KEY_FILE"]).read_bytes())
+
+
+def serve_checkpoint(page: Page, receipt_id: str, craft: Callable[[str], str]) -> None:
+    """Pass the receipt's verification JSON through from the live site with only its
+    checkpoint replaced by craft(the real checkpoint)."""
+    def handle(route: Route) -> None:
+        response = route.fetch()
+        answer = response.json()
+        answer["log"]["checkpoint"] = craft(answer["log"]["checkpoint"])
+        route.fulfill(response=response, json=answer)
+
+    page.route(f"**/api/receipt/{receipt_id}/verify", handle)
+
+
+def checkpoint_result(page: Page) -> tuple[str, str]:
+    item = page.locator("#browser-results li").filter(
+        has=page.locator("strong", has_text="checkpoint signature"))
+    return item.locator(".result").inner_text(), item.inner_text()
+
+
+@pytest.fixture(scope="module")
+def compromised(site: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A site whose first key leaked: it signed one receipt, then the operator rotated (README
+    "Rotating the signing key": SIGNING_KEY_FILE pointed at a new key, the site restarted), the
+    new key signed another, and `signingkeys --mark-compromised` marked the first key
+    compromised. (`site` first: it collects the static files this site serves too.)"""
+    with LiveSite(workers=2) as live:
+        leaked = keys.load_private_key_pem(Path(live.base_env["SIGNING_KEY_FILE"]).read_bytes())
+        before = publish(live, idempotency_key="before")
+        [old] = live.get("/.well-known/receipt-keys.json").json()["keys"]
+        fresh = live.tmp / "rotated-key.pem"
+        fresh.write_bytes(keys.generate_private_key_pem())
+        fresh.chmod(0o600)
+        live.base_env["SIGNING_KEY_FILE"] = str(fresh)  # for manage.py and the restarted site
+        live.stop()
+        live._serve()
+        after = publish(live, idempotency_key="after")
+        # One argument with "=": a kid is base64url and may begin with "-".
+        live.manage("signingkeys", f"--mark-compromised={old['kid']}")
+        document = live.get("/.well-known/receipt-keys.json").json()
+        assert [k["status"] for k in document["keys"]] == ["compromised", "active"]
+        yield {"live": live, "before": before, "after": after, "leaked": leaked,
+               "keys": document}
+
+
+@pytest.fixture
+def watched_compromised(browser: Browser, compromised: dict[str, Any]) -> Iterator[Watched]:
+    context = browser.new_context(base_url=compromised["live"].url)
+    yield Watched(context.new_page())
+    context.close()
+
+
+def test_a_checkpoint_signed_by_a_compromised_key_does_not_count(
+    watched_compromised: Watched, compromised: dict[str, Any]
+) -> None:
+    live, leaked = compromised["live"], compromised["leaked"]
+    origin = compromised["keys"]["log"]["origin"]
+
+    def by_the_leaked_key(real: str) -> str:
+        return note.sign_note(note_text(real), origin, leaked)
+
+    # What the server's checklog makes of that note: it counts no compromised key.
+    real = live.get(f"/api/receipt/{compromised['after']['id']}/verify").json()["log"]
+    leaked_note = by_the_leaked_key(real["checkpoint"])
+    counted = [note.verifier_key(origin, b64url_decode(k["x"]))
+               for k in compromised["keys"]["keys"] if k["status"] != "compromised"]
+    assert note.verify_note(leaked_note, counted) is None
+    # ...though the signature itself is real, by a key the document still lists.
+    assert note.verify_note(leaked_note, compromised["keys"]["log"]["verifier_keys"]) \
+        == note_text(real["checkpoint"])
+
+    page = watched_compromised.page
+    serve_checkpoint(page, compromised["after"]["id"], by_the_leaked_key)
+    page.goto(f"/run/{compromised['after']['id']}")
+    results = verify_in_browser(page)
+    assert results == {"hash": "PASS", "signature": "PASS", "log inclusion": "PASS",
+                       "checkpoint signature": "FAIL"}
+    assert "signed only by a key marked compromised" in checkpoint_result(page)[1]
+    watched_compromised.assert_clean(live.url)
+
+
+def test_a_checkpoint_cosigned_by_a_compromised_key_counts_the_good_signature(
+    watched_compromised: Watched, compromised: dict[str, Any]
+) -> None:
+    """The compromised key's signature is ignored, not held against the note, as the server
+    ignores a signature by a key it does not count."""
+    origin = compromised["keys"]["log"]["origin"]
+
+    def cosigned(real: str) -> str:
+        return real + signature_line(note_text(real), origin, compromised["leaked"])
+
+    page = watched_compromised.page
+    serve_checkpoint(page, compromised["after"]["id"], cosigned)
+    page.goto(f"/run/{compromised['after']['id']}")
+    assert verify_in_browser(page) == {"hash": "PASS", "signature": "PASS",
+                                       "log inclusion": "PASS", "checkpoint signature": "PASS"}
+    watched_compromised.assert_clean(compromised["live"].url)
+
+
+def test_a_receipt_signed_by_a_compromised_key_fails_in_the_browser(
+    watched_compromised: Watched, compromised: dict[str, Any]
+) -> None:
+    page = watched_compromised.page
+    page.goto(f"/run/{compromised['before']['id']}")
+    assert "Warning: this receipt does not verify" in page.get_by_role("alert").inner_text()
+    results = verify_in_browser(page)
+    assert results == {"hash": "PASS", "signature": "FAIL", "log inclusion": "PASS",
+                       "checkpoint signature": "PASS"}
+    assert "compromised" in page.locator("#browser-results li").nth(1).inner_text()
+    watched_compromised.assert_clean(compromised["live"].url)
+
+
+@pytest.mark.parametrize("crafted", ["signed again after a blank line",
+                                     "junk after a second blank line"])
+def test_the_checkpoint_text_ends_at_its_last_blank_line_as_on_the_server(
+    watched: Watched, site: dict[str, Any], crafted: str
+) -> None:
+    """Notes whose first blank line ends the real checkpoint text, followed by its real
+    signature: read up to the first blank line they pass, but the server reads them up to the
+    last one (or rejects them) and takes no checkpoint from them."""
+    live, key = site["live"], site_key(site["live"])
+    document = live.get("/.well-known/receipt-keys.json").json()
+    origin = document["log"]["origin"]
+
+    def craft(real: str) -> str:
+        if crafted == "signed again after a blank line":
+            # A well-formed note, by the site's real key, whose text is the whole real note.
+            return note.sign_note(real, origin, key)
+        return real + "\n" + "not a signature\n"
+
+    real = live.get(f"/api/receipt/{site['valid']['id']}/verify").json()["log"]["checkpoint"]
+    body = real.split("\n\n", 1)[0] + "\n"  # the first-blank-line reading: the real checkpoint
+    assert note.verify_note(real, [document["log"]["verifier_key"]]) == body
+    assert craft(real).startswith(body + "\n")  # a blank line right after the real text
+    server_reads = note.verify_note(craft(real), document["log"]["verifier_keys"])
+    if crafted == "signed again after a blank line":
+        assert server_reads == real
+        with pytest.raises(ValueError):
+            note.parse_checkpoint(real)  # it holds a blank line: not a checkpoint text
+    else:
+        assert server_reads is None
+
+    page = watched.page
+    serve_checkpoint(page, site["valid"]["id"], craft)
+    page.goto(f"/run/{site['valid']['id']}")
+    results = verify_in_browser(page)
+    assert results == {"hash": "PASS", "signature": "PASS", "log inclusion": "PASS",
+                       "checkpoint signature": "FAIL"}
+    watched.assert_clean(live.url)

@@ -113,27 +113,73 @@
     return sn === 0 && equal(r, root);
   }
 
-  // C2SP signed note: verify at least one signature line from a published verifier key.
-  async function verifyNote(noteText, verifierKeys) {
-    var split = noteText.indexOf("\n\n");
-    if (split < 0) return { ok: false, body: "" };
-    var body = noteText.slice(0, split + 1);
-    var lines = noteText.slice(split + 2).split("\n").filter(Boolean);
-    var encoder = new TextEncoder();
-    for (var v = 0; v < verifierKeys.length; v++) {
+  // Standard padded base64, as the server's decoder (validate=True) takes it; atob alone would
+  // also take unpadded text and skip spaces.
+  var BASE64 = /^(?:[A-Za-z0-9+\/]{4})*(?:[A-Za-z0-9+\/]{2}==|[A-Za-z0-9+\/]{3}=)?$/;
+  var CONTROL = /[\x00-\x09\x0b-\x1f]/;  // every ASCII control except newline
+  var SIGNATURE_PREFIX = "\u2014 ";  // EM DASH, space
+  var MAX_SIGNATURES = 100;
+
+  function noteName(name) {
+    return name.length > 0 && !/[+\s]/.test(name) && !CONTROL.test(name);
+  }
+
+  // The C2SP verifier keys of keys.log.verifier_keys, sorted by the status that the keys
+  // document gives their key (matched on the public key itself): a signature only counts when
+  // its key is listed and not marked compromised, as the server's `checklog` counts them.
+  // Map keys are "<name> <key id hex>".
+  function noteVerifiers(keys) {
+    var counted = new Map(), compromised = new Map();
+    (keys.log.verifier_keys || []).forEach(function (vkey) {
       // name+keyid+base64: the base64 part may itself contain "+", so split twice only.
-      var vkey = verifierKeys[v], first = vkey.indexOf("+"), second = vkey.indexOf("+", first + 1);
-      var name = vkey.slice(0, first), keyId = vkey.slice(first + 1, second);
-      var raw = b64decode(vkey.slice(second + 1)).slice(1);
-      for (var l = 0; l < lines.length; l++) {
-        var m = /^\u2014 (\S+) (\S+)$/.exec(lines[l]);
-        if (!m || m[1] !== name) continue;
-        var sig = b64decode(m[2]);
-        if (hex(sig.slice(0, 4)) !== keyId) continue;
-        if (await ed25519Verify(raw, sig.slice(4), encoder.encode(body))) return { ok: true, body: body };
+      var first = vkey.indexOf("+"), second = vkey.indexOf("+", first + 1);
+      if (first < 0 || second < 0) return;
+      var name = vkey.slice(0, first), keyId = vkey.slice(first + 1, second).toLowerCase();
+      var key = b64decode(vkey.slice(second + 1));
+      if (key.length !== 33 || key[0] !== 1) return;  // Ed25519 (type 0x01) only
+      var raw = key.slice(1);
+      var listed = keys.keys.find(function (k) { return equal(b64urlDecode(k.x), raw); });
+      if (!listed) return;  // a key the document does not list has no status: it cannot count
+      (listed.status === "compromised" ? compromised : counted).set(name + " " + keyId, raw);
+    });
+    return { counted: counted, compromised: compromised };
+  }
+
+  // A C2SP signed note, read exactly as the server reads it (receiptsite/integrity/note.py,
+  // verify_note): the text ends at the LAST blank line and every line after it is a signature
+  // line. Signatures by keys that do not count are ignored, a counted key's failing signature
+  // rejects the whole note, and at least one counted signature must verify. `byCompromised`
+  // says that the only signature that verifies is by a key marked compromised.
+  async function verifyNote(noteText, verifiers) {
+    var rejected = { ok: false, body: "", byCompromised: false };
+    if (typeof noteText !== "string" || !noteText.endsWith("\n") || CONTROL.test(noteText)) return rejected;
+    if (noteText.isWellFormed && !noteText.isWellFormed()) return rejected;  // not UTF-8
+    var split = noteText.lastIndexOf("\n\n");
+    if (split < 0) return rejected;
+    var body = noteText.slice(0, split + 1);
+    var lines = noteText.slice(split + 2).split("\n").slice(0, -1);
+    if (!lines.length || lines.length > MAX_SIGNATURES) return rejected;
+    var message = new TextEncoder().encode(body);
+    var verified = false, byCompromised = false;
+    for (var l = 0; l < lines.length; l++) {
+      var line = lines[l];
+      if (!line.startsWith(SIGNATURE_PREFIX)) return rejected;
+      var rest = line.slice(SIGNATURE_PREFIX.length), space = rest.indexOf(" ");
+      if (space < 0) return rejected;
+      var name = rest.slice(0, space), encoded = rest.slice(space + 1);
+      if (!noteName(name) || !BASE64.test(encoded)) return rejected;
+      var sig = b64decode(encoded);
+      if (sig.length <= 4) return rejected;
+      var id = name + " " + hex(sig.slice(0, 4));
+      if (verifiers.counted.has(id)) {
+        if (!(await ed25519Verify(verifiers.counted.get(id), sig.slice(4), message))) return rejected;
+        verified = true;
+      } else if (verifiers.compromised.has(id) &&
+                 await ed25519Verify(verifiers.compromised.get(id), sig.slice(4), message)) {
+        byCompromised = true;
       }
     }
-    return { ok: false, body: body };
+    return { ok: verified, body: body, byCompromised: !verified && byCompromised };
   }
 
   function show(name, result, detail) {
@@ -192,10 +238,12 @@
         show(gettext("checkpoint signature"), "unchecked", gettext("This browser cannot check Ed25519 signatures."));
         return;
       }
-      var checked = await verifyNote(log.checkpoint, keys.log.verifier_keys);
+      var checked = await verifyNote(log.checkpoint, noteVerifiers(keys));
       var expected = log.origin + "\n" + log.tree_size + "\n" + log.root_hash + "\n";
       var good = checked.ok && checked.body === expected;
-      show(gettext("checkpoint signature"), good ? "pass" : "fail", good ? fmt(gettext("The checkpoint of size %(size)s is signed by a published key."), { size: log.tree_size }) : gettext("The checkpoint's signature or content does not match."));
+      show(gettext("checkpoint signature"), good ? "pass" : "fail", good ? fmt(gettext("The checkpoint of size %(size)s is signed by a published key."), { size: log.tree_size })
+        : checked.byCompromised ? gettext("The checkpoint is signed only by a key marked compromised.")
+          : gettext("The checkpoint's signature or content does not match."));
     } catch (error) {
       show(gettext("all checks"), "unchecked", fmt(gettext("The check could not run here (%(error)s). Use the commands below instead."), { error: error.message }));
     } finally {
