@@ -10,16 +10,25 @@ settings:
 | `BIND`            | address(es) to listen on, comma-separated (`0.0.0.0:8000`, `unix:/run/x`)|
 | `PORT`            | used when `BIND` is unset: listen on `127.0.0.1:$PORT`                   |
 | `TRUSTED_PROXIES` | comma-separated proxy addresses whose `X-Forwarded-*` headers are believed|
-| `LOG_LEVEL`       | gunicorn's error-log level (default `info`)                               |
+| `LOG_LEVEL`       | the level of every log, gunicorn's and Django's (default `info`, any case)|
 | `GUNICORN_CONTROL_SOCKET` | path of gunicorn's control socket; unset: no control socket       |
 
 The default address is loopback (127.0.0.1:8000): the site is meant to sit behind a reverse
 proxy on the same host that terminates TLS. In a container, set `BIND=0.0.0.0:8000`.
+
+The site's own settings are read here too, in the master, before any worker starts: a variable
+the site cannot use (a missing signing key, a malformed RATE_LIMITS, ...) stops gunicorn with
+one line naming it, and the workers, forked from the master, inherit exactly what was checked.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+from receiptsite.config import stop_line
 
 
 def _cores() -> int:
@@ -37,10 +46,21 @@ def _whole(name: str, default: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise SystemExit(f"{name} must be a whole number, not {value!r}") from None
+        raise SystemExit(f"receiptsite: {name} must be a whole number, not {value!r}") from None
     if number < 1:
-        raise SystemExit(f"{name} must be at least 1, not {number}")
+        raise SystemExit(f"receiptsite: {name} must be at least 1, not {number}")
     return number
+
+
+# --- the site's settings ------------------------------------------------------------------------
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "receiptsite.settings")
+try:
+    site = importlib.import_module(os.environ["DJANGO_SETTINGS_MODULE"])
+except ImproperlyConfigured as error:
+    # Gunicorn reports an exception in its configuration file with a traceback; SystemExit
+    # is the one way out that prints just the message.
+    raise SystemExit(stop_line(error)) from None
 
 
 # --- processes --------------------------------------------------------------------------------
@@ -53,8 +73,9 @@ def _whole(name: str, default: int) -> int:
 workers = _whole("WEB_CONCURRENCY", min(2 * _cores() + 1, 12))
 
 # The application is loaded in each worker after the fork (no preload_app): a database
-# connection or a cached signing key opened in the master would otherwise be shared by every
-# worker.
+# connection opened in the master would otherwise be shared by every worker. (The settings,
+# read above in the master, open nothing; the workers inherit them, signing key included, so
+# every worker signs with the key the master checked.)
 preload_app = False
 
 # --- listening ----------------------------------------------------------------------------------
@@ -112,61 +133,16 @@ if os.environ.get("GUNICORN_CONTROL_SOCKET"):
 
 # --- logs ---------------------------------------------------------------------------------------
 
-# A receipt link (/run/<id>, /api/receipt/<id>/verify, ...) is a capability: whoever holds it can
-# read the receipt. So no log line may hold a receipt id in full. Gunicorn writes two logs of its
-# own that Django's LOGGING never sees: the access log (every request line, with the path and the
-# Referer, which is often a receipt page) and the error log ("Error handling request /run/<id>").
-# Both therefore get handlers with receiptsite.logging.MaskCapabilityURLs, which cuts every UUID
-# in the formatted line to its first 8 hex digits. Django's own loggers get the same filter from
-# settings.LOGGING, once the application is loaded in each worker.
-#
-# The access log goes to stdout and the error log to stderr, one line per event, so that the
-# process supervisor (systemd, a container runtime) collects them; no log files to rotate.
-loglevel = os.environ.get("LOG_LEVEL", "info").lower()
-accesslog = None  # the access handler comes from logconfig_dict below, with the filter
+# One logging configuration for gunicorn and Django: settings.LOGGING, made by
+# receiptsite.logconfig. Gunicorn writes two logs of its own that Django never sees: the access
+# log (every request line, with the path and the Referer, which is often a receipt page) and the
+# error log ("Error handling request /run/<id>"). A receipt link is a capability, so their
+# handlers, like Django's, pass receiptsite.logconfig.MaskCapabilityURLs, which cuts every UUID
+# in a line to its first 8 hex digits. The access log goes to stdout, everything else to
+# stderr.
+loglevel = site.LOG_LEVEL.lower()
+accesslog = None  # the access handler comes from logconfig_dict, with the filter
 # The access line: client, time, request line, status, size, duration in microseconds, referer,
 # user agent.
 access_log_format = '%(h)s %(t)s "%(r)s" %(s)s %(b)s %(D)sus "%(f)s" "%(a)s"'
-logconfig_dict = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {"capability_urls": {"()": "receiptsite.logging.MaskCapabilityURLs"}},
-    "formatters": {
-        "generic": {
-            "format": "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s",
-            "datefmt": "[%Y-%m-%d %H:%M:%S %z]",
-        },
-        "access": {"format": "%(message)s"},
-    },
-    "handlers": {
-        "error_console": {
-            "class": "logging.StreamHandler",
-            "formatter": "generic",
-            "filters": ["capability_urls"],
-            "stream": "ext://sys.stderr",
-        },
-        "access_console": {
-            "class": "logging.StreamHandler",
-            "formatter": "access",
-            "filters": ["capability_urls"],
-            "stream": "ext://sys.stdout",
-        },
-    },
-    # Replacing gunicorn's own default loggers (logconfig_dict is merged into gunicorn's
-    # defaults key by key, so "loggers" and "handlers" here replace its unfiltered ones).
-    "root": {"level": "INFO", "handlers": ["error_console"]},
-    "loggers": {
-        "gunicorn.error": {
-            "level": loglevel.upper(),
-            "handlers": ["error_console"],
-            "propagate": False,
-            "qualname": "gunicorn.error",
-        },
-        "gunicorn.access": {
-            "level": "INFO",
-            "handlers": ["access_console"],
-            "propagate": False,
-            "qualname": "gunicorn.access",
-        },
-    },
-}
+logconfig_dict = site.LOGGING

@@ -328,14 +328,14 @@ class Store:
         from django.db import connection
         from django.utils import timezone
 
-        from receiptsite.receipts import signing
+        from receiptsite.receipts import keyring
         from receiptsite.receipts.models import ApiKey, Receipt, Tenant
 
         self.connection = connection
         self.vendor = connection.vendor
         self.tenant = Tenant.objects.create(slug="bench", name="Benchmark")
         self.api_key, _ = ApiKey.issue(self.tenant)
-        self.signing_row = signing.active_key().row
+        self.signing_row = keyring.active_key().row
         self.origin = settings.LOG_ORIGIN
         self.now = timezone.now
         self.uuid_field = Receipt._meta.get_field("public_id")
@@ -476,7 +476,7 @@ def db_layer(
 
     from receiptsite.integrity import merkle
     from receiptsite.integrity.canonical import sha256_hex
-    from receiptsite.receipts import log, signing
+    from receiptsite.receipts import keyring, log
     from receiptsite.receipts.models import Receipt
 
     store = Store()
@@ -495,7 +495,7 @@ def db_layer(
             b'{"id":"%s","schema":"receipt/v1","workflow_id":"bench-append"}'
             % str(public_id).encode()
         )
-        signature, key = signing.sign(data)
+        signature, key = keyring.sign(data)
         digest = sha256_hex(data)
         fields: dict[str, object] = {
             "public_id": public_id,

@@ -2,74 +2,81 @@
 
 One file for every environment. Defaults are safe for production: DEBUG is off, and with DEBUG
 off the site refuses to start without a SECRET_KEY and a SIGNING_KEY_FILE.
+
+Every variable is read and checked here, once, when a process starts: a value the site cannot
+use raises receiptsite.config.ConfigurationError, and manage.py, wsgi.py and gunicorn.conf.py
+stop with one line naming it. Nothing read here is read again later.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-from django.core.exceptions import ImproperlyConfigured
+import dj_database_url
 from django.utils.csp import CSP
 
+from receiptsite import config, logconfig
+from receiptsite.config import ConfigurationError, env, envbool, envint, envlist
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
+VAR_DIR = Path(env("VAR_DIR") or BASE_DIR / "var")
+
+DEBUG = envbool("DEBUG", False)
+
+SITE_URL = env("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+_site = urlsplit(SITE_URL)
+if _site.scheme not in ("http", "https") or not _site.hostname:
+    raise ConfigurationError("SITE_URL", f"must be an absolute http(s) URL, not {SITE_URL!r}")
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", [_site.hostname])
+LOG_ORIGIN = env("LOG_ORIGIN") or f"{_site.netloc.rsplit('@', 1)[-1]}/receipts"
+LOG_STATE_FILE = Path(env("LOG_STATE_FILE") or VAR_DIR / "log-state.json")
+
+SECRET_KEY = env("SECRET_KEY")
+SIGNING_KEY_FILE = env("SIGNING_KEY_FILE")
+if not DEBUG:
+    missing = [name for name in ("SECRET_KEY", "SIGNING_KEY_FILE") if not env(name)]
+    if missing:
+        raise ConfigurationError(
+            " and ".join(missing),
+            "must be set when DEBUG is off "
+            "(for a local try-out, `python manage.py quickstart` sets them up)",
+        )
+elif not SECRET_KEY:
+    SECRET_KEY = "insecure-development-only-key"  # DEBUG only; never reaches production
+# The private key itself, loaded now: a missing, unreadable or wrong file stops the start.
+# Each process reads it once, so a new key takes a restart (README, "Rotating the signing
+# key"). Only with DEBUG on may it be absent: the site then cannot sign, so it stores no
+# receipt and /healthz answers 503.
+SIGNING_KEY = config.signing_key(SIGNING_KEY_FILE) if SIGNING_KEY_FILE else None
+
+DATABASE_TIMEOUT = envint("DATABASE_TIMEOUT", 5)
 
 
-def envbool(name: str, default: bool) -> bool:
-    value = os.environ.get(name, "").strip().lower()
-    if not value:
-        return default
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
-
-
-def envint(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
+def database(url: str) -> dict[str, object]:
+    """DATABASE_URL as Django's DATABASES entry: SQLite or PostgreSQL, the two databases the
+    append-only triggers are written for."""
     try:
-        return int(value) if value else default
+        entry: dict[str, object] = dict(dj_database_url.parse(url))
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}") from None
-
-
-def envlist(name: str, default: list[str]) -> list[str]:
-    value = os.environ.get(name, "")
-    items = [item.strip() for item in value.split(",") if item.strip()]
-    return items or default
-
-
-def database_from_url(url: str) -> dict[str, object]:
-    """Turn DATABASE_URL into Django's DATABASES entry (sqlite:///path or postgres://...)."""
-    parts = urlsplit(url)
-    if parts.scheme == "sqlite":
-        # As dj-database-url reads it: sqlite:///relative.db, sqlite:////absolute/path.db
-        path = unquote(url[len("sqlite:///") :])
-        return {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": path or str(VAR_DIR / "receiptsite.sqlite3"),
-            "OPTIONS": {
-                # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy
-                # timeout instead of failing with "database is locked" on lock upgrade.
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
-            },
+        entry = {}
+    if entry.get("ENGINE") == "django.db.backends.sqlite3":
+        entry["OPTIONS"] = {
+            # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy
+            # timeout instead of failing with "database is locked" on lock upgrade.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
         }
-    if parts.scheme in ("postgres", "postgresql"):
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parts.path.lstrip("/")),
-            "USER": unquote(parts.username or ""),
-            "PASSWORD": unquote(parts.password or ""),
-            "HOST": parts.hostname or "",
-            "PORT": str(parts.port or ""),
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
-            "OPTIONS": {
+        return entry
+    if entry.get("ENGINE") == "django.db.backends.postgresql":
+        options = entry.get("OPTIONS")
+        entry.update(
+            CONN_MAX_AGE=60,
+            CONN_HEALTH_CHECKS=True,
+            OPTIONS={
+                **(options if isinstance(options, dict) else {}),
                 "connect_timeout": DATABASE_TIMEOUT,
                 # A server that stops answering on an open connection is noticed within
                 # about DATABASE_TIMEOUT seconds too, so requests get their 503 in time.
@@ -79,40 +86,20 @@ def database_from_url(url: str) -> dict[str, object]:
                 "keepalives_count": 2,
                 "tcp_user_timeout": DATABASE_TIMEOUT * 1000,
             },
-            "TEST": {"NAME": os.environ.get("TEST_DATABASE_NAME") or None},
-        }
-    raise ImproperlyConfigured("DATABASE_URL must start with sqlite:// or postgres://")
-
-
-DEBUG = envbool("DEBUG", False)
-
-SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
-_site = urlsplit(SITE_URL)
-if _site.scheme not in ("http", "https") or not _site.hostname:
-    raise ImproperlyConfigured("SITE_URL must be an absolute http(s) URL")
-ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", [_site.hostname])
-LOG_ORIGIN = os.environ.get("LOG_ORIGIN", "") or f"{_site.netloc.rsplit('@', 1)[-1]}/receipts"
-LOG_STATE_FILE = Path(os.environ.get("LOG_STATE_FILE", VAR_DIR / "log-state.json"))
-
-SECRET_KEY = os.environ.get("SECRET_KEY", "")
-SIGNING_KEY_FILE = os.environ.get("SIGNING_KEY_FILE", "")
-if not DEBUG:
-    missing = [name for name in ("SECRET_KEY", "SIGNING_KEY_FILE") if not os.environ.get(name)]
-    if missing:
-        raise ImproperlyConfigured(
-            f"{' and '.join(missing)} must be set when DEBUG is off "
-            "(for a local try-out, `python manage.py quickstart` sets them up)"
+            TEST={"NAME": env("TEST_DATABASE_NAME") or None},
         )
-elif not SECRET_KEY:
-    SECRET_KEY = "insecure-development-only-key"  # DEBUG only; never reaches production
+        return entry
+    scheme = url.partition(":")[0]
+    raise ConfigurationError(
+        "DATABASE_URL",
+        f"must be sqlite:///<path> or postgres://user:password@host:port/name, not {scheme}:",
+    )
 
-DATABASE_TIMEOUT = envint("DATABASE_TIMEOUT", 5)
-if not os.environ.get("DATABASE_URL"):
+
+if not env("DATABASE_URL"):
     VAR_DIR.mkdir(parents=True, exist_ok=True)
 DATABASES = {
-    "default": database_from_url(
-        os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'receiptsite.sqlite3'}"
-    )
+    "default": database(env("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'receiptsite.sqlite3'}")
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -222,29 +209,13 @@ BATCH_MAX_ITEMS = 500
 TEXT_LIMIT = envint("TEXT_LIMIT", 4000)
 DATA_UPLOAD_MAX_MEMORY_SIZE = BATCH_MAX_BYTES
 
-# RATE_LIMITS: "off", "on" (the defaults), or "ingest=BURST/PER_SECOND,read=BURST/PER_SECOND".
-RATE_LIMITS = os.environ.get("RATE_LIMITS", "on").strip()
+# RATE_LIMITS: "off", "on" (the defaults), or "ingest=BURST/PER_SECOND,read=BURST/PER_SECOND";
+# parsed here into {scope: (burst, per second)}, or None for off.
+RATE_LIMITS = config.rate_limits(env("RATE_LIMITS", "on"))
 TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {"capability_urls": {"()": "receiptsite.logging.MaskCapabilityURLs"}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "filters": ["capability_urls"],
-            "formatter": "plain",
-        }
-    },
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {
-        # Django's own loggers propagate to root; their handlers are replaced so that every
-        # line passes the mask.
-        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
-    },
-}
+# One configuration for Django and gunicorn (gunicorn.conf.py uses these two names too).
+LOG_LEVEL = config.log_level(env("LOG_LEVEL", "info"))
+LOGGING = logconfig.logging_config(LOG_LEVEL)

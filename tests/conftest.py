@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from receiptsite.receipts import signing
+from receiptsite.receipts import keyring
 from receiptsite.receipts.models import ApiKey, Receipt, Tenant
 from tests.examples import EXAMPLE_BODY
 
@@ -37,9 +37,9 @@ def isolated_log_state(settings: Any, tmp_path: Any) -> Iterator[None]:
     (LOG_STATE_FILE) must start empty too; and the cached signing-key row must be forgotten
     when the database rolls back."""
     settings.LOG_STATE_FILE = tmp_path / "log-state.json"
-    signing.forget()
+    keyring.forget()
     yield
-    signing.forget()
+    keyring.forget()
 
 
 @pytest.fixture

@@ -71,6 +71,10 @@ SITE_VARIABLES = {
     "PORT",
     "FORWARDED_ALLOW_IPS",
     "GUNICORN_CMD_ARGS",
+    "GUNICORN_CONTROL_SOCKET",
+    "QUICKSTART_ADDRPORT",
+    "AUDIT_LOG_DAYS",
+    "REDIS_URL",
 }
 
 COMMAND_TIMEOUT = 120  # seconds, for one manage.py command

@@ -1,4 +1,5 @@
-"""The management commands: tenants, API keys, signing keys and the log monitor."""
+"""The management commands: tenants, API keys, signing keys, signing the log and the log
+monitor."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
+from receiptsite.config import signing_key
 from receiptsite.integrity import note
 from receiptsite.integrity.keys import generate_private_key_pem, load_private_key_pem
-from receiptsite.receipts import signing
-from receiptsite.receipts.models import ApiKey, Receipt, SigningKey, Tenant
-from tests.conftest import Producer, tamper
+from receiptsite.receipts import keyring, log
+from receiptsite.receipts.models import ApiKey, Receipt, SignedCheckpoint, SigningKey, Tenant
+from receiptsite.receipts.services import receipt_ingest
+from tests.conftest import Producer, example_body, tamper
 
 KEY_RE = re.compile(r"rk_[0-9a-f]{12}_[A-Za-z0-9_-]{43}")
 
@@ -195,34 +198,78 @@ def test_revoking_one_tenants_key_leaves_the_others(tenant: Tenant, other_tenant
 # --- signingkeys ------------------------------------------------------------------------------
 
 
+def rotate(settings: Any, tmp_path: Path) -> str:
+    """Point SIGNING_KEY_FILE at a new key and restart (settings load it); its kid."""
+    new_file = tmp_path / "new-key.pem"
+    new_file.write_bytes(generate_private_key_pem())
+    settings.SIGNING_KEY_FILE = str(new_file)
+    settings.SIGNING_KEY = signing_key(str(new_file))
+    return keyring.configured().kid
+
+
 def test_signingkeys_lists_the_active_key(db: None) -> None:
     output = run("signingkeys")
-    active = signing.active_key()
-    [line] = [line for line in output.splitlines() if active.kid in line]
+    kid = keyring.configured().kid
+    [line] = [line for line in output.splitlines() if kid in line]
     assert "active" in line
-    assert SigningKey.objects.get(kid=active.kid).status == SigningKey.ACTIVE
+    assert SigningKey.objects.get(kid=kid).status == SigningKey.ACTIVE
 
 
 def test_signingkeys_lists_a_retired_key_after_rotation(
     db: None, settings: Any, tmp_path: Path
 ) -> None:
-    old = signing.active_key().kid
-    new_file = tmp_path / "new-key.pem"
-    new_file.write_bytes(generate_private_key_pem())
-    settings.SIGNING_KEY_FILE = str(new_file)
-    output = run("signingkeys")
-    new = signing.active_key().kid
+    old = keyring.configured().kid
+    new = rotate(settings, tmp_path)
     assert new != old
-    lines = output.splitlines()
+    # Listing records nothing: until a write path runs, the old key is the recorded one.
+    assert new not in run("signingkeys")
+    assert f"{new}." in run("signcheckpoint")
+    lines = run("signingkeys").splitlines()
     assert any(new in line and "active" in line for line in lines)
     assert any(old in line and "retired" in line for line in lines)
 
 
 def test_signingkeys_will_not_mark_the_active_key_compromised(db: None) -> None:
-    kid = signing.active_key().kid
+    kid = keyring.configured().kid
     with pytest.raises(CommandError):
         run("signingkeys", mark_compromised=kid)
     assert SigningKey.objects.get(kid=kid).status == SigningKey.ACTIVE
+
+
+def test_marking_the_old_key_compromised_first_signs_with_the_new_one(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    old = keyring.configured().kid
+    publish(producer, 2)
+    new = rotate(settings, tmp_path)  # restarted, but no write path has run yet
+    run("signingkeys", mark_compromised=old)
+    assert SigningKey.objects.get(kid=old).status == SigningKey.COMPROMISED
+    assert SigningKey.objects.get(kid=new).status == SigningKey.ACTIVE
+    latest = SignedCheckpoint.objects.order_by("-tree_size", "-id").first()
+    assert latest is not None and latest.tree_size == 2
+    assert latest.signing_key.kid == new
+    assert "OK: 2 leaves" in run("checklog")
+
+
+# --- signcheckpoint -----------------------------------------------------------------------------
+
+
+def test_signcheckpoint_is_a_no_op_when_the_checkpoint_is_current(producer: Producer) -> None:
+    publish(producer, 2)
+    before = SignedCheckpoint.objects.count()
+    output = run("signcheckpoint")
+    assert "tree of 2 leaves" in output and keyring.configured().kid in output
+    assert SignedCheckpoint.objects.count() == before
+
+
+def test_signcheckpoint_refuses_a_rolled_back_log(producer: Producer, settings: Any) -> None:
+    publish(producer, 1)
+    Path(settings.LOG_STATE_FILE).write_text(
+        '{"origin": "receipts.example.org/receipts", "tree_size": 5, "root_hash": "'
+        + base64.b64encode(b"\x01" * 32).decode() + '"}'
+    )
+    with pytest.raises(CommandError, match="5 leaves"):
+        run("signcheckpoint")
 
 
 # --- checklog ---------------------------------------------------------------------------------
@@ -246,6 +293,19 @@ def test_checklog_passes_on_a_healthy_log(producer: Producer) -> None:
     publish(producer, 5)
     output = run("checklog")
     assert output.startswith("OK: 5 leaves recomputed")
+
+
+def test_checklog_fails_while_the_latest_checkpoint_lags_the_log(
+    producer: Producer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(producer, 2)
+    monkeypatch.setattr(log, "sign_head", lambda: None)  # died between commit and signing
+    receipt_ingest(api_key=ApiKey.objects.get(), payload=example_body(idempotency_key="late"))
+    monkeypatch.undo()
+    with pytest.raises(CommandError, match="latest signed checkpoint has 2 leaves, the log 3"):
+        run("checklog")
+    run("signcheckpoint")
+    assert run("checklog").startswith("OK: 3 leaves")
 
 
 def test_checklog_fails_when_a_receipts_bytes_were_changed(producer: Producer) -> None:

@@ -1,4 +1,4 @@
-"""Promises under faults (SPEC.md): a real gunicorn on a throwaway PostgreSQL cluster that the
+"""Promises under faults: a real gunicorn on a throwaway PostgreSQL cluster that the
 tests stop and start. The machine's shared PostgreSQL server is never touched.
 
 Runs only when the suite runs on PostgreSQL (DATABASE_URL=postgres://...): the promises are

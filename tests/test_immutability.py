@@ -15,6 +15,7 @@ TABLES = [
     "receipts_logentry",
     "receipts_lognode",
     "receipts_checkpoint",
+    "receipts_signedcheckpoint",
     "receipts_reviewdecision",
 ]
 

@@ -1,22 +1,30 @@
 """The public keys, the signed checkpoint, consistency proofs, key rotation, and the refusal to
-sign a log that was rolled back."""
+sign a log that was rolled back. Checkpoints are signed by write paths (an ingest once it has
+committed, `migrate`, `signcheckpoint`); reads serve the latest one stored."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.core.management import call_command
+from django.db import DatabaseError, OperationalError, connection, transaction
 from django.test import Client
 
+from receiptsite.config import signing_key
 from receiptsite.integrity import merkle
 from receiptsite.integrity.keys import generate_private_key_pem
-from tests.conftest import Producer
+from receiptsite.problems import Problem
+from receiptsite.receipts import keyring, log
+from receiptsite.receipts.models import ApiKey, Receipt, SignedCheckpoint, SigningKey
+from receiptsite.receipts.services import receipt_ingest
+from tests.conftest import Producer, assert_problem, example_body
 
 SITE = "https://receipts.example.org"
 ORIGIN = "receipts.example.org/receipts"
@@ -130,10 +138,12 @@ def test_consistency_sizes_out_of_range_are_a_400(
 
 
 def rotate(settings: Any, folder: Path) -> None:
-    """What an operator does to rotate: point SIGNING_KEY_FILE at a new key."""
+    """What an operator does to rotate: point SIGNING_KEY_FILE at a new key and restart (a
+    process reads the key once, at start, as settings.SIGNING_KEY)."""
     new_file = folder / "new-key.pem"
     new_file.write_bytes(generate_private_key_pem())
     settings.SIGNING_KEY_FILE = str(new_file)
+    settings.SIGNING_KEY = signing_key(str(new_file))
 
 
 def test_pointing_at_a_new_key_rotates_and_old_receipts_still_verify(
@@ -185,13 +195,14 @@ def remember(settings: Any, size: int, root: bytes) -> None:
 
 
 def test_signing_remembers_the_largest_tree_outside_the_database(
-    producer: Producer, client: Client, settings: Any
+    producer: Producer, settings: Any
 ) -> None:
     producer.publish(idempotency_key="a")
     producer.publish(idempotency_key="b")
-    client.get("/api/log/checkpoint")
+    # Remembered when the ingest signed, no read needed.
     state = json.loads(Path(settings.LOG_STATE_FILE).read_text())
     assert state["tree_size"] == 2
+    assert state["root_hash"] == base64.b64encode(log.head().root).decode()
 
 
 def test_a_log_smaller_than_a_signed_one_is_refused(
@@ -209,6 +220,8 @@ def test_a_log_smaller_than_a_signed_one_is_refused(
     body = client.get(f"/api/receipt/{answer['id']}/verify").json()
     assert body["status"] == "invalid"
     assert body["log"] is None
+    (inclusion,) = [c for c in body["checks"] if c["name"] == "log_inclusion"]
+    assert inclusion["result"] == "fail" and "10" in inclusion["detail"]
 
 
 def test_a_log_whose_history_differs_from_a_signed_one_is_refused(
@@ -241,3 +254,177 @@ def test_the_origin_is_fixed_by_the_first_checkpoint(
     producer.publish()
     assert client.get("/api/log/checkpoint").content.decode().startswith(f"{ORIGIN}\n1\n")
     assert keys(client)["log"]["origin"] == ORIGIN
+
+
+# --- written by write paths, served by reads ------------------------------------------------
+
+
+def latest_stored() -> SignedCheckpoint:
+    stored = SignedCheckpoint.objects.order_by("-tree_size", "-id").first()
+    assert stored is not None
+    return stored
+
+
+def test_the_checkpoint_served_is_the_one_the_ingest_stored(
+    producer: Producer, client: Client
+) -> None:
+    answer = producer.publish()
+    stored = latest_stored()
+    assert stored.tree_size == 1
+    assert client.get("/api/log/checkpoint").content.decode() == stored.note
+    verified = client.get(f"/api/receipt/{answer['id']}/verify").json()
+    assert verified["log"]["checkpoint"] == stored.note
+    # Serving it again signs nothing new.
+    client.get("/api/log/checkpoint")
+    assert SignedCheckpoint.objects.filter(tree_size=1).count() == 1
+
+
+def test_a_new_database_has_the_empty_trees_checkpoint_signed_by_migrate(db: None) -> None:
+    # The test database was made by `migrate`, which signed the empty tree.
+    stored = latest_stored()
+    assert stored.tree_size == 0
+    empty = base64.b64encode(hashlib.sha256(b"").digest()).decode()
+    assert stored.note.startswith(f"{ORIGIN}\n0\n{empty}\n\n")
+    assert SigningKey.objects.get(pk=stored.signing_key_id).status == SigningKey.ACTIVE
+
+
+def test_a_rotated_key_is_recorded_by_a_write_path_never_by_a_read(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    old = producer.publish()
+    listed = keys(client)
+    served = client.get("/api/log/checkpoint").content
+    rotate(settings, tmp_path)
+    # Reads after the restart: what was recorded and signed before, nothing new.
+    assert keys(client) == listed
+    assert client.get("/api/log/checkpoint").content == served
+    assert client.get(f"/api/receipt/{old['id']}/verify").json()["status"] == "valid"
+    assert SigningKey.objects.count() == 1
+
+    out = StringIO()
+    call_command("signcheckpoint", stdout=out)
+    body = keys(client)
+    assert [k["status"] for k in body["keys"]] == ["retired", "active"]
+    assert body["keys"][1]["kid"] in out.getvalue()
+    assert body["log"]["verifier_key"] == body["log"]["verifier_keys"][1]
+    # The same tree head, signed again by the new key; old receipts keep verifying.
+    served = client.get("/api/log/checkpoint").content
+    text = check_note(served.decode(), raw_public(body["keys"][1]))
+    assert text.split("\n")[1] == "1"
+    assert client.get(f"/api/receipt/{old['id']}/verify").json()["status"] == "valid"
+    call_command("signcheckpoint", stdout=StringIO())  # again: nothing left to sign
+    assert SignedCheckpoint.objects.filter(tree_size=1).count() == 2
+
+
+def test_migrate_records_a_rotated_key_and_signs_with_it(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    producer.publish()
+    rotate(settings, tmp_path)
+    call_command("migrate", verbosity=0)  # a deploy's migrate, nothing to apply
+    body = keys(client)
+    assert [k["status"] for k in body["keys"]] == ["retired", "active"]
+    check_note(client.get("/api/log/checkpoint").content.decode(), raw_public(body["keys"][1]))
+
+
+def test_a_receipt_stored_but_not_yet_signed_is_pending_until_a_write_signs(
+    producer: Producer, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer.publish(idempotency_key="a")
+
+    def the_process_dies() -> None:
+        raise OperationalError("the worker was killed after the commit")
+
+    # Stored and committed, then the process dies before signing: no 201 was answered.
+    monkeypatch.setattr(log, "sign_head", the_process_dies)
+    lost = producer.post(example_body(idempotency_key="b"))
+    monkeypatch.undo()
+    assert lost.status_code == 503
+    (stranded,) = Receipt.objects.filter(idempotency_key="b")
+    # Reads never sign: the checkpoint is still the one of 1 leaf, and the stranded receipt's
+    # inclusion is pending (not failed: nothing is wrong with it).
+    assert client.get("/api/log/checkpoint").content.decode().split("\n")[1] == "1"
+    body = client.get(f"/api/receipt/{stranded.public_id}/verify").json()
+    assert body["status"] == "pending" and body["log"] is None
+    assert [c["result"] for c in body["checks"] if c["name"] == "log_inclusion"] == ["pending"]
+    assert client.get(f"/run/{stranded.public_id}").status_code == 200
+
+    # The producer, never answered, replays its key: the replay signs before it answers.
+    replay = producer.post(example_body(idempotency_key="b"))
+    assert replay.status_code == 201 and replay["Idempotent-Replayed"] == "true"
+    assert client.get("/api/log/checkpoint").content.decode().split("\n")[1] == "2"
+    body = client.get(f"/api/receipt/{stranded.public_id}/verify").json()
+    assert body["status"] == "valid" and body["log"]["tree_size"] == 2
+
+
+def test_the_next_ingest_signs_a_tree_left_unsigned(
+    producer: Producer, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log, "sign_head", lambda: None)  # as if it died right after the commit
+    key = ApiKey.objects.get()
+    stranded = receipt_ingest(api_key=key, payload=example_body(idempotency_key="a")).receipt
+    monkeypatch.undo()
+    producer.publish(idempotency_key="b")
+    assert client.get("/api/log/checkpoint").content.decode().split("\n")[1] == "2"
+    assert client.get(f"/api/receipt/{stranded.uuid}/verify").json()["status"] == "valid"
+
+
+def test_while_the_log_is_refused_ingest_answers_503_and_stores_nothing(
+    producer: Producer, client: Client, settings: Any
+) -> None:
+    first = producer.publish(idempotency_key="a")
+    remember(settings, 10, b"\x01" * 32)  # a restore from an old backup
+    signed = SignedCheckpoint.objects.count()
+    body = assert_problem(producer.post(example_body(idempotency_key="b")), 503, "log-not-signed")
+    assert "10" in body["detail"]
+    # A replay too: the log cannot vouch for what it would answer.
+    assert_problem(producer.post(example_body(idempotency_key="a")), 503, "log-not-signed")
+    batch = producer.post({"receipts": [example_body(idempotency_key="c")]},
+                          path="/api/receipts/batch")
+    assert [r["status"] for r in batch.json()["results"]] == [503]
+    with pytest.raises(Problem):
+        receipt_ingest(api_key=ApiKey.objects.get(), payload=example_body(idempotency_key="d"))
+    assert Receipt.objects.count() == 1
+    assert SignedCheckpoint.objects.count() == signed
+    # Reads keep working.
+    assert client.get(f"/run/{first['id']}").status_code == 200
+    assert client.get("/.well-known/receipt-keys.json").status_code == 200
+
+
+def test_without_a_key_it_may_use_the_site_stores_nothing_and_healthz_is_503(
+    producer: Producer, client: Client, settings: Any
+) -> None:
+    answer = producer.publish(idempotency_key="a")
+    settings.SIGNING_KEY = None  # DEBUG on and no SIGNING_KEY_FILE
+    assert_problem(producer.post(example_body(idempotency_key="b")), 503, "cannot-sign")
+    assert_problem(client.get("/healthz"), 503, "cannot-sign")
+    assert Receipt.objects.count() == 1
+    # Reads keep working.
+    assert client.get("/api/log/checkpoint").status_code == 200
+    assert client.get(f"/api/receipt/{answer['id']}/verify").json()["status"] == "valid"
+
+
+def test_healthz_is_503_when_the_configured_key_is_marked_compromised(
+    producer: Producer, client: Client
+) -> None:
+    producer.publish(idempotency_key="a")
+    SigningKey.objects.update(status=SigningKey.COMPROMISED)  # by another process, say
+    keyring.forget()  # this process starts after that
+    body = assert_problem(client.get("/healthz"), 503, "cannot-sign")
+    assert "compromised" in body["detail"]
+    assert_problem(producer.post(example_body(idempotency_key="b")), 503, "cannot-sign")
+    assert Receipt.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["UPDATE receipts_signedcheckpoint SET note = 'forged'",
+     "DELETE FROM receipts_signedcheckpoint"],
+)
+def test_the_database_refuses_to_change_a_signed_checkpoint(
+    producer: Producer, statement: str
+) -> None:
+    producer.publish()
+    refused = pytest.raises(DatabaseError, match="append-only")
+    with refused, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement)

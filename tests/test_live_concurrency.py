@@ -1,5 +1,5 @@
-"""Concurrency against a real gunicorn with several worker processes (SPEC.md "Idempotency",
-"Integrity", "Headers").
+"""Concurrency against a real gunicorn with several worker processes (idempotency, the log's
+integrity, headers; see docs/).
 
 Each site here has a fresh database of its own (tests/live.py): an SQLite file, or a new
 PostgreSQL database when the suite runs with DATABASE_URL=postgres://... Everything is checked

@@ -9,6 +9,7 @@ from django.test import Client
 from django.urls import URLPattern, get_resolver
 from openapi_spec_validator import validate
 
+from receiptsite.config import rate_limits
 from tests.conftest import Producer
 
 
@@ -75,7 +76,7 @@ def test_the_openapi_description_is_valid_and_covers_every_api_route(
 def test_rate_limits_answer_429_with_retry_after(
     producer: Producer, settings: Any
 ) -> None:
-    settings.RATE_LIMITS = "ingest=3/0.001"
+    settings.RATE_LIMITS = rate_limits("ingest=3/0.001")
     from django.core.cache import cache
 
     cache.clear()
@@ -90,7 +91,7 @@ def test_page_reads_are_limited_per_client_address(
     producer: Producer, client: Client, settings: Any
 ) -> None:
     answer = producer.publish()
-    settings.RATE_LIMITS = "read=2/0.001"
+    settings.RATE_LIMITS = rate_limits("read=2/0.001")
     from django.core.cache import cache
 
     cache.clear()
@@ -104,7 +105,7 @@ def test_forwarded_addresses_count_only_from_trusted_proxies(
     producer: Producer, settings: Any
 ) -> None:
     answer = producer.publish()
-    settings.RATE_LIMITS = "read=1/0.001"
+    settings.RATE_LIMITS = rate_limits("read=1/0.001")
     settings.TRUSTED_PROXIES = ["127.0.0.1"]
     from django.core.cache import cache
 
@@ -133,7 +134,7 @@ def test_the_ingest_limit_counts_receipts_not_requests(
 
     from tests.conftest import example_body
 
-    settings.RATE_LIMITS = "ingest=10/0.001"
+    settings.RATE_LIMITS = rate_limits("ingest=10/0.001")
     cache.clear()
     items = [example_body(idempotency_key=f"k{i}") for i in range(8)]
     first = producer.post({"receipts": items}, path="/api/receipts/batch")
@@ -152,7 +153,7 @@ def test_the_default_limits_allow_a_burst_of_100_receipts(
 
     from tests.conftest import example_body
 
-    settings.RATE_LIMITS = "on"
+    settings.RATE_LIMITS = rate_limits("on")
     cache.clear()
     statuses = {producer.post(example_body(idempotency_key=f"b{i}")).status_code
                 for i in range(100)}

@@ -1,12 +1,25 @@
 """The transparency log, stored: one append-only RFC 9162 Merkle tree over every receipt.
 
-The tree lives in three append-only tables (models.LogEntry, LogNode, Checkpoint). The pure
-tree arithmetic is in receiptsite.integrity.merkle; this module reads and writes the rows.
+The tree lives in append-only tables (models.LogEntry, LogNode, Checkpoint), its published
+checkpoints, the signed notes, in another (models.SignedCheckpoint). The pure tree arithmetic
+is in receiptsite.integrity.merkle; this module reads and writes the rows.
 
-Signatures are made when a checkpoint is served, never before its tree is committed, so the
-site never signs a tree that could still roll back. The largest tree it has signed is also
-remembered in LOG_STATE_FILE, outside the database: after a restore from an old backup the site
-refuses to sign a tree that does not extend it (see guard()).
+Writes sign, reads never do:
+
+- A receipt's leaf is appended in the transaction that stores it (lock_for_append, append).
+- Once that transaction has committed, sign_head() signs the new tree head with the active key
+  and stores the note; the POST that stored the receipt answers after that. So the site never
+  signs a tree that could still roll back, and a receipt answered 201 is always in a stored
+  checkpoint. Commands sign too (`migrate`, `signcheckpoint`), for the empty tree and after a
+  key rotation.
+- Reads (published()) serve the latest stored note, in one query, and write nothing. A reader
+  racing an ingest may see a receipt whose checkpoint is not stored yet (its POST has not
+  answered); verification calls that `pending`.
+
+The largest tree the site has signed is also remembered in LOG_STATE_FILE, outside the
+database, and written before its note is stored: after a restore from an old backup the site
+refuses to sign a tree that does not extend it, ingest answers 503 and stores nothing, and
+reads answer 503 or fail the inclusion check (LogRollback).
 """
 
 from __future__ import annotations
@@ -22,22 +35,34 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from receiptsite.integrity import merkle, note
 from receiptsite.integrity.encoding import b64, b64decode
-from receiptsite.receipts import signing
-from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt
+from receiptsite.problems import Problem
+from receiptsite.receipts import keyring
+from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt, SignedCheckpoint
 
 logger = logging.getLogger(__name__)
 
-# Any fixed number: the PostgreSQL advisory lock that serialises appends.
+# Any fixed number: the PostgreSQL advisory lock that serialises appends and signatures.
 APPEND_LOCK = 0x7265636569707473
 
 
-class LogRollback(Exception):
+class LogNotSigned(Problem):
+    """No current checkpoint can be served or signed."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(503, "log-not-signed", "The transparency log cannot be signed", detail)
+
+
+class LogRollback(LogNotSigned):
     """The stored tree does not extend the largest tree this site has signed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"The site refuses to sign its log: {reason}.")
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -52,12 +77,41 @@ class SignedHead(Head):
     note: str
 
 
+@dataclass(frozen=True)
+class _Latest:
+    """The latest stored signed checkpoint, as the write path needs it."""
+
+    key_id: int
+    signed: SignedHead
+    stored_root: bytes | None  # the stored tree's root at the signed size
+
+
 # The log's reads and writes are a handful of fixed statements on the hot paths (every ingest,
 # every verification). They are written as SQL, not ORM queries: compiling an ORM query costs
 # more than running these on either database.
 _NODE = LogNode._meta.db_table
 _HEAD = Checkpoint._meta.db_table
 _ENTRY = LogEntry._meta.db_table
+_SIGNED = SignedCheckpoint._meta.db_table
+
+# The stored head and the latest signed checkpoint (with the stored root at its size), in one
+# round trip.
+_SNAPSHOT = (
+    f"SELECT h.tree_size, h.root_hash, h.origin, s.signing_key_id, s.note, r.root_hash "
+    f"FROM (SELECT 1 AS one) AS base "
+    f"LEFT JOIN (SELECT tree_size, root_hash, origin FROM {_HEAD} "
+    f"ORDER BY tree_size DESC LIMIT 1) AS h ON 1 = 1 "
+    f"LEFT JOIN (SELECT tree_size, signing_key_id, note FROM {_SIGNED} "
+    f"ORDER BY tree_size DESC, id DESC LIMIT 1) AS s ON 1 = 1 "
+    f"LEFT JOIN {_HEAD} AS r ON r.tree_size = s.tree_size"
+)
+# For reads: the latest signed note, the stored size, and the stored root at the size
+# LOG_STATE_FILE remembers, in one round trip.
+_PUBLISHED = (
+    f"SELECT (SELECT note FROM {_SIGNED} ORDER BY tree_size DESC, id DESC LIMIT 1), "
+    f"(SELECT MAX(tree_size) FROM {_HEAD}), "
+    f"(SELECT root_hash FROM {_HEAD} WHERE tree_size = %s)"
+)
 
 
 def _query(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -75,29 +129,94 @@ def _nodes(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
     return {wanted[key]: bytes(digest) for key, digest in rows}
 
 
-def head() -> Head:
-    rows = _query(
-        f"SELECT tree_size, root_hash, origin FROM {_HEAD} ORDER BY tree_size DESC LIMIT 1"
-    )
-    if not rows:
-        # The origin is fixed by the first checkpoint, even the empty tree's: a later change of
-        # SITE_URL does not move the log.
+@functools.lru_cache(maxsize=16)
+def _parse(text: str) -> SignedHead:
+    """A stored signed note as a SignedHead (the note's own text says origin, size, root)."""
+    origin, size, root = note.parse_checkpoint(text.partition("\n\n")[0] + "\n")
+    return SignedHead(origin=origin, size=size, root=root, note=text)
+
+
+def _snapshot() -> tuple[Head, _Latest | None]:
+    ((size, root, origin, key_id, text, signed_root),) = _query(_SNAPSHOT)
+    latest = None
+    if text is not None:
+        signed = _parse(text)
+        stored_root = merkle.EMPTY_ROOT if signed.size == 0 else signed_root
+        latest = _Latest(key_id, signed, bytes(stored_root) if stored_root is not None else None)
+    if size is not None:
+        return Head(origin=origin, size=size, root=bytes(root)), latest
+    # The origin is fixed by the first checkpoint, even the empty tree's: a later change of
+    # SITE_URL does not move the log.
+    if latest is not None:
+        origin = latest.signed.origin
+    else:
         known = read_state()
         origin = known.origin if known is not None else settings.LOG_ORIGIN
-        return Head(origin=origin, size=0, root=merkle.EMPTY_ROOT)
-    size, root, origin = rows[0]
-    return Head(origin=origin, size=size, root=bytes(root))
+    return Head(origin=origin, size=0, root=merkle.EMPTY_ROOT), latest
+
+
+def head() -> Head:
+    """The stored tree head (signed or not yet)."""
+    return _snapshot()[0]
 
 
 def lock_for_append() -> None:
-    """Serialise appends. Call inside the storing transaction, before reading the head.
+    """Serialise appends and signatures. Call inside the storing transaction, first.
 
     On PostgreSQL a transaction-scoped advisory lock; SQLite transactions here are BEGIN
-    IMMEDIATE (see settings), which already holds the single write lock.
+    IMMEDIATE (see settings), which already holds the single write lock. Then, under the lock,
+    the log is checked before anything is stored: LogRollback (503) if the stored tree does not
+    extend the largest one signed, keyring.CannotSign (503) without a usable key; and a tree an
+    earlier process committed but did not live to sign is signed now (it is committed, so it
+    cannot roll back), so that a receipt replayed after such a crash is answered only once a
+    checkpoint includes it.
     """
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [APPEND_LOCK])
+    _bring_up_to_date()
+
+
+def _bring_up_to_date() -> None:
+    """With the lock held: refuse a rolled-back log, else make the latest signed checkpoint
+    the stored head's, signed by the active key."""
+    current, latest = _snapshot()
+    known = read_state()
+    # The stored tree must extend both the tree remembered outside the database and the latest
+    # one signed inside it (usually the same tree: then this costs no further query).
+    roots = {current.size: current.root}
+    if latest is not None:
+        roots.setdefault(latest.signed.size, latest.stored_root or b"")
+        _refuse(latest.signed, current.size, roots[latest.signed.size])
+    if known is not None:
+        _refuse(known, current.size, roots.get(known.size))
+    key = keyring.active_key()
+    if latest is not None and latest.signed.size == current.size and latest.key_id == key.row.pk:
+        return
+    body = note.checkpoint_body(current.origin, current.size, current.root)
+    text = note.sign_note(body, current.origin, key.private)
+    if known is None or known.size < current.size:
+        _remember(current)  # before the note is stored: whatever is published is remembered
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {_SIGNED} (tree_size, note, signing_key_id, signed_at) "
+            "VALUES (%s, %s, %s, %s)",
+            [
+                current.size,
+                text,
+                key.row.pk,
+                connection.ops.adapt_datetimefield_value(timezone.now()),
+            ],
+        )
+
+
+def sign_head() -> None:
+    """Sign the stored tree head with the active key and store the note, unless the latest
+    stored checkpoint already is that. Call once a storing transaction has committed, never
+    inside one (durable: the tree signed must not be able to roll back); `migrate` and
+    `manage.py signcheckpoint` call it too. Raises LogRollback, LogNotSigned, CannotSign."""
+    with transaction.atomic(durable=True):
+        lock_for_append()
 
 
 def append(receipt: Receipt, data: bytes) -> int:
@@ -128,6 +247,27 @@ def append(receipt: Receipt, data: bytes) -> int:
     return current.size
 
 
+def published() -> SignedHead:
+    """The latest signed checkpoint, for reads: one query, nothing written.
+
+    Raises LogRollback when the stored tree does not extend the largest tree the site has
+    signed, LogNotSigned before the first signature.
+    """
+    # LOG_STATE_FILE first: it names only trees already committed, so the stored tree read
+    # after it is at least as large unless the database went back. (Read the other way round,
+    # a signature made between the two reads would look like a rollback.)
+    known = read_state()
+    ((text, size, root),) = _query(_PUBLISHED, [known.size if known is not None else 0])
+    if known is not None:
+        stored_root = merkle.EMPTY_ROOT if known.size == 0 else root
+        _refuse(known, size or 0, bytes(stored_root) if stored_root is not None else None)
+    if text is None:
+        raise LogNotSigned(
+            "No checkpoint has been signed yet; `python manage.py signcheckpoint` signs one."
+        )
+    return _parse(text)
+
+
 def inclusion_proof(index: int, size: int) -> list[bytes]:
     stored = _nodes(merkle.inclusion_proof_nodes(index, size))
     return merkle.inclusion_proof(index, size, lambda level, i: stored[(level, i)])
@@ -152,15 +292,16 @@ def _state_path() -> Path:
     return Path(settings.LOG_STATE_FILE)
 
 
-# (path, mtime_ns, size) -> the parsed state: re-read only when the file changes.
-_state_cache: dict[str, tuple[tuple[str, int, int], Head]] = {}
+# (path, inode, mtime_ns, size) -> the parsed state: re-read only when the file changes (it is
+# replaced, never rewritten in place, so a new version is a new inode).
+_state_cache: dict[str, tuple[tuple[str, int, int, int], Head]] = {}
 
 
 def read_state() -> Head | None:
     path = _state_path()
     try:
         info = path.stat()
-        stamp = (str(path), info.st_mtime_ns, info.st_size)
+        stamp = (str(path), info.st_ino, info.st_mtime_ns, info.st_size)
         cached = _state_cache.get("state")
         if cached and cached[0] == stamp:
             return cached[1]
@@ -171,63 +312,60 @@ def read_state() -> Head | None:
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as error:
-        raise LogRollback(f"LOG_STATE_FILE is unreadable ({error}); refusing to sign") from None
+        raise LogRollback(f"LOG_STATE_FILE is unreadable ({error})") from None
     _state_cache["state"] = (stamp, state)
     return state
 
 
 def _remember(current: Head) -> None:
     """Record `current` as the largest signed tree, unless another process already recorded a
-    larger one. A lock file keeps two workers from writing out of order."""
+    larger one. A lock file keeps two processes from writing out of order."""
     path = _state_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        known = read_state()
-        if known is not None and known.size >= current.size:
-            return
-        body = {"origin": current.origin, "tree_size": current.size, "root_hash": b64(current.root)}
-        temporary = path.with_suffix(path.suffix + ".tmp")
-        temporary.write_text(json.dumps(body) + "\n")
-        os.replace(temporary, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            known = read_state()
+            if known is not None and known.size >= current.size:
+                return
+            body = {
+                "origin": current.origin,
+                "tree_size": current.size,
+                "root_hash": b64(current.root),
+            }
+            temporary = path.with_suffix(path.suffix + ".tmp")
+            temporary.write_text(json.dumps(body) + "\n")
+            os.replace(temporary, path)
+    except OSError as error:
+        logger.critical("transparency log: cannot write LOG_STATE_FILE: %s", error)
+        raise LogNotSigned(
+            f"The site cannot record its signed tree in LOG_STATE_FILE ({error.strerror})."
+        ) from None
+
+
+def _refuse(known: Head, size: int, root_at_known: bytes | None) -> None:
+    """Raise LogRollback unless a stored tree of `size` leaves, whose root at `known.size` is
+    `root_at_known` (None: read it), extends `known`."""
+    if known.size > size:
+        problem = (
+            f"the stored log has {size} leaves, but a tree of {known.size} leaves "
+            "was signed before (was the database restored from an old backup?)"
+        )
+    elif (root_at_known if root_at_known is not None else root_at(known.size)) != known.root:
+        problem = (
+            f"the stored log's tree of {known.size} leaves differs from the one signed before "
+            "(the database's log was rewritten)"
+        )
+    else:
+        return
+    logger.critical("transparency log: refusing to sign: %s", problem)
+    raise LogRollback(problem)
 
 
 def guard(current: Head) -> Head | None:
     """Raise LogRollback unless `current` extends the largest tree the site has signed;
     return that tree (None before the first signature)."""
     known = read_state()
-    if known is None:
-        return None
-    if known.size > current.size:
-        problem = (
-            f"the stored log has {current.size} leaves, but a tree of {known.size} leaves "
-            "was signed before (was the database restored from an old backup?)"
-        )
-    elif (root_at(known.size) if known.size != current.size else current.root) != known.root:
-        problem = (
-            f"the stored log's tree of {known.size} leaves differs from the one signed before "
-            "(the database's log was rewritten)"
-        )
-    else:
-        return known
-    logger.critical("transparency log: refusing to sign: %s", problem)
-    raise LogRollback(problem)
-
-
-def signed_head() -> SignedHead:
-    """The current tree head, signed now by the active key. Raises LogRollback."""
-    current = head()
-    known = guard(current)
-    key = signing.active_key()
-    signed = _sign(current, key.kid)
-    if known is None or known.size < current.size:
-        _remember(current)
-    return SignedHead(origin=current.origin, size=current.size, root=current.root, note=signed)
-
-
-@functools.lru_cache(maxsize=4)
-def _sign(current: Head, kid: str) -> str:
-    """Ed25519 is deterministic: the same tree head and key give the same note, so it is made
-    once per tree size, not once per request. `kid` is part of the cache key."""
-    body = note.checkpoint_body(current.origin, current.size, current.root)
-    return note.sign_note(body, current.origin, signing.active_key().private)
+    if known is not None:
+        _refuse(known, current.size, current.root if known.size == current.size else None)
+    return known

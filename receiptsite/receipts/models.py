@@ -247,12 +247,29 @@ class LogNode(models.Model):
 
 class Checkpoint(models.Model):
     """The tree head after every append: size, root and the origin it is published under.
-    Signatures are made when a checkpoint is served, with the then-active key."""
+    Its signature is a SignedCheckpoint, made once the append has committed."""
 
     tree_size = models.BigIntegerField(primary_key=True)
     root_hash = models.BinaryField(max_length=32)
     origin = models.CharField(max_length=255)
     created_at = models.DateTimeField(default=timezone.now)
+
+
+class SignedCheckpoint(models.Model):
+    """A checkpoint as published: the C2SP signed note of a tree head, made by a write path
+    after the tree was committed (see log.sign_head). Reads serve the latest one and never
+    sign. A head is signed again when the active key changes, so one size may have several."""
+
+    tree_size = models.BigIntegerField()
+    note = models.TextField()
+    signing_key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="+")
+    signed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["tree_size", "id"], name="signedcheckpoint_latest")]
+
+    def __str__(self) -> str:
+        return f"checkpoint of {self.tree_size} leaves ({self.signing_key_id})"
 
 
 class ReviewDecision(models.Model):

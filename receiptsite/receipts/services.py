@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from receiptsite.integrity.canonical import canonical_bytes, sha256_hex
-from receiptsite.receipts import log, signing
+from receiptsite.receipts import keyring, log
 from receiptsite.receipts.document import (
     DocumentInvalid,
     Draft,
@@ -115,7 +115,8 @@ def prepare(api_key: ApiKey, payload: object) -> tuple[dict[str, Any], list[dict
 def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
     """Store one receipt, or replay the one its idempotency key already names.
 
-    Raises DocumentInvalid (422) or IdempotencyKeyReused (422).
+    Raises DocumentInvalid (422) or IdempotencyKeyReused (422); log.LogRollback or
+    keyring.CannotSign (503) when the site must not sign, before anything is stored.
     """
     producer, redactions = prepare(api_key, payload)
     request_hash = sha256_hex(canonical_bytes(producer))
@@ -149,7 +150,7 @@ def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
             redactions=redactions,
         )
         data = canonical_bytes(document)
-        signature, signing_key = signing.sign(data)
+        signature, signing_key = keyring.sign(data)
         receipt = Receipt.objects.create(
             public_id=public_id,
             tenant=tenant,
@@ -163,6 +164,7 @@ def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
             signing_key=signing_key,
         )
         index = log.append(receipt, data)
+    log.sign_head()  # committed: now its checkpoint, before the POST answers
     # Fill the reverse one-to-one cache so answers need no further query.
     receipt.log_entry = LogEntry(index=index, receipt=receipt)
     return Ingested(receipt=receipt, replayed=False)

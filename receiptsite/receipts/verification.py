@@ -65,7 +65,8 @@ def _record_matches(receipt: Receipt, data: bytes) -> tuple[bool, list[str]]:
 
 
 def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
-    """The verification JSON of SPEC.md for `receipt` (fetched with for_verification())."""
+    """The verification JSON (docs/verification.md) of a receipt fetched with
+    for_verification()."""
     data = receipt.raw_bytes()
     signature = bytes(receipt.signature)
     key: SigningKey = receipt.signing_key
@@ -147,12 +148,17 @@ def _log_part(receipt: Receipt, data: bytes) -> tuple[dict[str, Any] | None, Che
             "detail": "The receipt has no place in the transparency log.",
         }
     try:
-        signed = log.signed_head()
-    except log.LogRollback as error:
+        signed = log.published()  # the latest stored checkpoint: nothing is signed on a read
+    except log.LogNotSigned as error:
+        return None, {"name": "log_inclusion", "result": "fail", "detail": error.detail}
+    if index >= signed.size:
+        # Only while the POST that stored it has not answered yet: it answers once the
+        # checkpoint that includes the receipt is stored.
         return None, {
             "name": "log_inclusion",
-            "result": "fail",
-            "detail": f"The site refuses to sign its log: {error}.",
+            "result": "pending",
+            "detail": f"The receipt is leaf {index} of the log; the latest signed checkpoint "
+            f"covers {signed.size} leaves, and the one that includes it is being signed.",
         }
     proof = log.inclusion_proof(index, signed.size)
     leaf = merkle.leaf_hash(data)

@@ -10,13 +10,19 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from receiptsite.integrity import merkle, note
 from receiptsite.integrity.encoding import b64
 from receiptsite.receipts import log
-from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, SigningKey
+from receiptsite.receipts.models import (
+    Checkpoint,
+    LogEntry,
+    LogNode,
+    SignedCheckpoint,
+    SigningKey,
+)
 
 
 class Command(BaseCommand):
     help = (
         "Recompute the transparency log from the stored receipts and compare it with the "
-        "stored tree and the latest checkpoint; with --against, prove that an earlier "
+        "stored tree and the latest signed checkpoint; with --against, prove that an earlier "
         "checkpoint (saved by anyone) is consistent with today's tree. Exits non-zero on any "
         "mismatch."
     )
@@ -60,7 +66,8 @@ class Command(BaseCommand):
         try:
             log.guard(current)
         except log.LogRollback as error:
-            problems.append(str(error))
+            problems.append(error.reason)
+        problems += self.check_latest_signed(leaves, current)
 
         if against:
             problems += self.check_against(Path(against), leaves, current)
@@ -70,6 +77,34 @@ class Command(BaseCommand):
         self.stdout.write(
             f"OK: {size} leaves recomputed; root {b64(current.root)} matches the checkpoint."
         )
+
+    def check_latest_signed(self, leaves: list[bytes], current: log.Head) -> list[str]:
+        """The checkpoint reads serve: signed by its key, for the recomputed tree, current."""
+        latest = (
+            SignedCheckpoint.objects.select_related("signing_key")
+            .order_by("-tree_size", "-id")
+            .first()
+        )
+        if latest is None:
+            return ["no checkpoint has been signed (`manage.py signcheckpoint` signs one)"]
+        key = latest.signing_key
+        verifier = note.verifier_key(current.origin, bytes(key.public_key))
+        body = note.verify_note(latest.note, [verifier])
+        if body is None:
+            return ["the latest signed checkpoint does not verify under the key that signed it"]
+        _, size, root = note.parse_checkpoint(body)
+        if size > len(leaves) or merkle.root_from_leaves(leaves[:size]) != root:
+            return [f"the latest signed checkpoint ({size} leaves) is not of the stored log"]
+        problems: list[str] = []
+        if key.status == SigningKey.COMPROMISED:
+            problems.append(f"the latest signed checkpoint is by the compromised key {key.kid}")
+        if size < len(leaves):
+            problems.append(
+                f"the latest signed checkpoint has {size} leaves, the log {len(leaves)} (did a "
+                "process stop between storing and signing? `manage.py signcheckpoint` signs "
+                "the current tree)"
+            )
+        return problems
 
     def check_against(self, path: Path, leaves: list[bytes], current: log.Head) -> list[str]:
         try:

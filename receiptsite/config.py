@@ -1,0 +1,143 @@
+"""Reading the environment, once, at start: the typed values settings.py is made of.
+
+A value that cannot be used raises ConfigurationError, which names the variable and what is
+wrong with it. manage.py, wsgi.py and gunicorn.conf.py print it as one line,
+`receiptsite: <VARIABLE> ...`, and stop: a bad value never starts the site, so it can never
+become a 500 later. No Django import beyond the exception class: gunicorn.conf.py uses this
+before Django is set up.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.core.exceptions import ImproperlyConfigured
+
+from receiptsite.integrity.keys import load_private_key_pem
+
+
+class ConfigurationError(ImproperlyConfigured):
+    """A variable of the environment that the site cannot start with."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable} {problem}")
+        self.variable = variable
+
+
+def stop_line(error: Exception) -> str:
+    """The one line manage.py, wsgi.py and gunicorn.conf.py print before they stop."""
+    return "receiptsite: " + " ".join(str(error).split())
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, "").strip() or default
+
+
+def envbool(name: str, default: bool) -> bool:
+    value = env(name).lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(name, f"must be true or false, not {value!r}")
+
+
+def envint(name: str, default: int, minimum: int = 1) -> int:
+    value = env(name)
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigurationError(name, f"must be a whole number, not {value!r}") from None
+    if number < minimum:
+        raise ConfigurationError(name, f"must be at least {minimum}, not {number}")
+    return number
+
+
+def envlist(name: str, default: list[str]) -> list[str]:
+    items = [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+    return items or default
+
+
+# --- RATE_LIMITS ---------------------------------------------------------------------------
+
+# scope -> (burst, tokens per second). Ingest counts receipts per API key; read counts
+# requests (per key for the tenant's list, per client address for pages and verification).
+RateLimits = dict[str, tuple[float, float]]
+DEFAULT_RATE_LIMITS: RateLimits = {"ingest": (200.0, 50.0), "read": (30.0, 5.0)}
+
+
+def rate_limits(text: str) -> RateLimits | None:
+    """`off` (None), `on` (the defaults), or `ingest=BURST/PER_SECOND,read=BURST/PER_SECOND`,
+    each scope optional (an absent one keeps its default)."""
+    value = text.strip().lower()
+    if value == "off":
+        return None
+    limits = dict(DEFAULT_RATE_LIMITS)
+    if value in ("", "on"):
+        return limits
+    usage = "must be off, on, or ingest=BURST/PER_SECOND,read=BURST/PER_SECOND"
+    for part in value.split(","):
+        name, equals, spec = (piece.strip() for piece in part.partition("="))
+        if name not in DEFAULT_RATE_LIMITS or not equals:
+            raise ConfigurationError("RATE_LIMITS", f"{usage}, not {text.strip()!r}")
+        burst_text, slash, rate_text = spec.partition("/")
+        try:
+            burst, rate = float(burst_text), float(rate_text)
+        except ValueError:
+            burst = rate = math.nan
+        # A rate of 0 would make every wait infinite (and a division by zero).
+        if not slash or not all(math.isfinite(x) and x > 0 for x in (burst, rate)):
+            raise ConfigurationError(
+                "RATE_LIMITS",
+                f"needs two positive numbers for {name} (BURST/PER_SECOND), not {spec!r}",
+            )
+        limits[name] = (burst, rate)
+    return limits
+
+
+# --- LOG_LEVEL -----------------------------------------------------------------------------
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(text: str) -> str:
+    """A level name in any case (`info` is gunicorn's spelling, `INFO` Python's): `INFO`."""
+    level = text.strip().upper() or "INFO"
+    if level not in LOG_LEVELS:
+        raise ConfigurationError(
+            "LOG_LEVEL", f"must be one of {', '.join(LOG_LEVELS).lower()}, not {text.strip()!r}"
+        )
+    return level
+
+
+# --- SIGNING_KEY_FILE ----------------------------------------------------------------------
+
+
+def signing_key(path: str) -> Ed25519PrivateKey:
+    """The Ed25519 private key in the PKCS#8 PEM file at `path`, as `openssl genpkey
+    -algorithm ed25519` writes it."""
+    try:
+        pem = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigurationError(
+            "SIGNING_KEY_FILE", f"names {path}, which does not exist"
+        ) from None
+    except OSError as error:
+        raise ConfigurationError(
+            "SIGNING_KEY_FILE", f"names {path}, which cannot be read ({error.strerror})"
+        ) from None
+    try:
+        return load_private_key_pem(pem)
+    except ValueError as error:
+        raise ConfigurationError(
+            "SIGNING_KEY_FILE",
+            f"names {path}, which is not an Ed25519 private key in PKCS#8 PEM ({error}; "
+            "make one with `openssl genpkey -algorithm ed25519`)",
+        ) from None

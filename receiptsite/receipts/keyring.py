@@ -1,0 +1,113 @@
+"""The site's Ed25519 signing key: read from SIGNING_KEY_FILE once, at start (settings.py
+loads and checks it), its public half kept in the database for ever.
+
+The key is recorded by a write path only, never by a read: the first time a process signs with
+it (an ingest, `migrate`, `manage.py signcheckpoint`) it records the public key as active and
+marks every other active key retired (still published, so what they signed keeps verifying).
+Rotating is therefore: point SIGNING_KEY_FILE at a new key, restart, and let a write path run
+(README, "Rotating the signing key").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from receiptsite.integrity import keys
+from receiptsite.problems import Problem
+from receiptsite.receipts.models import SigningKey
+
+
+class CannotSign(Problem):
+    """The site has no signing key it may use: nothing can be stored or signed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            503,
+            "cannot-sign",
+            "The site cannot sign",
+            f"The site has no signing key it may use: {reason}.",
+        )
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ConfiguredKey:
+    private: Ed25519PrivateKey
+    public: bytes
+    kid: str
+
+
+@dataclass(frozen=True)
+class ActiveKey(ConfiguredKey):
+    row: SigningKey
+
+
+# The configured key's public half and kid, computed once per key object.
+_configured: list[ConfiguredKey] = []
+# kid -> its row, once this process has recorded the key as active.
+_recorded: dict[str, SigningKey] = {}
+
+
+def forget() -> None:
+    """Forget the recorded row (tests that roll back the database call this)."""
+    _recorded.clear()
+
+
+def configured() -> ConfiguredKey:
+    """The key from SIGNING_KEY_FILE. Reads nothing and writes nothing. Raises CannotSign."""
+    private = settings.SIGNING_KEY
+    if private is None:
+        raise CannotSign("SIGNING_KEY_FILE is not set")
+    if not _configured or _configured[0].private is not private:
+        public = keys.public_raw(private)
+        _configured[:] = [ConfiguredKey(private, public, keys.jwk_thumbprint(public))]
+    return _configured[0]
+
+
+def active_key() -> ActiveKey:
+    """The configured key, recorded as the active one. For write paths only. Raises
+    CannotSign."""
+    key = configured()
+    row = _recorded.get(key.kid)
+    if row is None:
+        row = _recorded[key.kid] = _activate(key)
+    return ActiveKey(key.private, key.public, key.kid, row)
+
+
+def _activate(key: ConfiguredKey) -> SigningKey:
+    with transaction.atomic():
+        row, _ = SigningKey.objects.get_or_create(kid=key.kid, defaults={"public_key": key.public})
+        if row.status == SigningKey.COMPROMISED:
+            raise _compromised(key.kid)
+        now = timezone.now()
+        SigningKey.objects.filter(status=SigningKey.ACTIVE).exclude(pk=row.pk).update(
+            status=SigningKey.RETIRED, retired_at=now
+        )
+        if row.status != SigningKey.ACTIVE:
+            row.status, row.retired_at = SigningKey.ACTIVE, None
+            row.save(update_fields=["status", "retired_at"])
+    return row
+
+
+def _compromised(kid: str) -> CannotSign:
+    return CannotSign(
+        f"the key in SIGNING_KEY_FILE ({kid}) is marked compromised; point SIGNING_KEY_FILE "
+        "at a new key and restart"
+    )
+
+
+def check_usable() -> None:
+    """For /healthz, a read: raise CannotSign unless the configured key may sign."""
+    key = configured()
+    if SigningKey.objects.filter(kid=key.kid, status=SigningKey.COMPROMISED).exists():
+        raise _compromised(key.kid)
+
+
+def sign(data: bytes) -> tuple[bytes, SigningKey]:
+    key = active_key()
+    return keys.sign(key.private, data), key.row
