@@ -62,7 +62,7 @@ from tests.examples import EXAMPLE_BODY  # noqa: E402
 URLCONF = "bench_hot_paths_urls"
 ROUND = 10  # requests of one path before the next path's turn
 
-# The request body of EXAMPLES.md (the tests' copy); each request gets its own idempotency key
+# The test vector's request body (tests/examples.py); each request gets its own idempotency key
 # and workflow id.
 BODY: dict[str, Any] = EXAMPLE_BODY
 

@@ -6,8 +6,9 @@ Run from the repository root:
 
     .venv/bin/python bench/page_weight.py
 
-The receipt is the request body of SPEC's EXAMPLES.md, stored with services.receipt_ingest in
-a temporary SQLite database of the script's own (`--database-url postgres://...` works too).
+The receipt is the test vector's request body (tests/examples.py), stored with
+services.receipt_ingest in a temporary SQLite database of the script's own (`--database-url
+postgres://...` works too).
 The page is fetched with Django's test Client (settings: tests.settings). Static files are read
 with the staticfiles finders (django.contrib.staticfiles.finders.find), so the figures are
 those of the source files in static/ and the installed apps, which is what a deployment
@@ -95,7 +96,7 @@ def main() -> int:
     print(f"page_weight: {_common.machine()}")
     print(f"database: {description}")
     print(
-        f"GET /run/<id> of the EXAMPLES.md receipt: {response.status_code}, "
+        f"GET /run/<id> of the test vector's receipt: {response.status_code}, "
         f"{response['Content-Type']}\n"
     )
 

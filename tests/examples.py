@@ -1,11 +1,11 @@
-"""The test vector of EXAMPLES.md: real values that verify. Pure data, shared by the tests
-(and the benchmarks) so that one copy is the reference."""
+"""The test vector of one receipt end to end: real values that verify. Pure data, shared by
+the tests (and the benchmarks) so that one copy is the reference."""
 
 from __future__ import annotations
 
 from typing import Any
 
-# EXAMPLES.md section 1, the request body.
+# The request body.
 EXAMPLE_BODY: dict[str, Any] = {
     "workflow_id": "wf-7f3a",
     "step_id": "audit-site",
@@ -29,7 +29,7 @@ EXAMPLE_BODY: dict[str, Any] = {
     "metadata": {"ticket": "OPS-118"},
 }
 
-# EXAMPLES.md section 3, `canonical_bytes`.
+# The verification JSON's `canonical_bytes`.
 EXAMPLE_CANONICAL_B64 = (
     "eyJhdHRlbXB0Ijp7Im51bWJlciI6MiwicHJpb3JfYXR0ZW1wdF9pZCI6IndmLTdmM2EvYXVkaXQtc2l0ZS8xIiwi"
     "cmV0cnlfcmVhc29uIjoidGltZW91dCJ9LCJkdXJhdGlvbl9tcyI6NjcwMDAsImVuZGVkX2F0IjoiMjAyNi0xMS0z"

@@ -1,4 +1,4 @@
-"""The published test vector of EXAMPLES.md, checked with this package alone."""
+"""The test vector (tests/examples.py), checked with this package alone."""
 
 from __future__ import annotations
 
