@@ -394,3 +394,29 @@ def test_receipts_of_a_batch_belong_to_the_callers_tenant(
     [theirs] = results(other_producer, [EXAMPLE_BODY])
     assert theirs["replayed"] is False
     assert theirs["id"] != item["id"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "pointer"),
+    [
+        ({"result": "ok \ud800"}, "/result"),
+        ({"workflow_id": "wf\x00"}, "/workflow_id"),
+        ({"subject": {"type": "tool", "name": "a\x00b"}}, "/subject/name"),
+        ({"session_id": "s\x00"}, "/session_id"),
+    ],
+)
+def test_an_item_with_a_lone_surrogate_or_a_nul_gets_its_own_422(
+    producer: Producer, bad: dict[str, Any], pointer: str
+) -> None:
+    items = [
+        example_body(idempotency_key="b/1"),
+        {**example_body(idempotency_key="b/2"), **bad},
+        example_body(idempotency_key="b/3"),
+    ]
+    body = json.dumps({"receipts": items}, ensure_ascii=True)  # \ud800 as an escape
+    response = producer.post(body, path=BATCH)
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == [201, 422, 201]
+    assert [e["field"] for e in results[1]["errors"]] == [pointer]
+    assert Receipt.objects.count() == 2

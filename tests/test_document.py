@@ -273,55 +273,55 @@ def test_it_accepts_a_parent_named_by_idempotency_key() -> None:
     assert links == LinkRefs(None, "wf-1/parent", (), ())
 
 
-@pytest.mark.parametrize(
-    "changes",
-    [
-        pytest.param({"workflow_id": "x"}, id="workflow_id of 1"),
-        pytest.param({"workflow_id": "x" * 200}, id="workflow_id of 200"),
-        pytest.param({"workflow_id": "\U0001f600" * 200}, id="200 astral code points"),
-        pytest.param({"step_id": ""}, id="empty step_id"),
-        pytest.param({"step_id": "x" * 200}, id="step_id of 200"),
-        pytest.param({"attempt": {"number": 1}}, id="attempt number 1"),
-        pytest.param({"attempt": {"number": MAX}}, id="attempt number 2^53-1"),
-        pytest.param({"attempt": {"prior_attempt_id": "x" * 200}}, id="prior_attempt_id 200"),
-        pytest.param({"attempt": {"retry_reason": "x" * 500}}, id="retry_reason 500"),
-        pytest.param({"subject": {"type": "agent_run", "name": "x" * 200}}, id="subject name"),
-        pytest.param({"subject": {"type": "model", "name": "m", "version": "v" * 100}}, id="ver"),
-        pytest.param({"framework": {"name": "n" * 50, "tool_call_id": "t" * 200}}, id="fw"),
-        pytest.param({"session_id": "s" * 200, "actor": "", "trace_id": "t" * 200}, id="corr"),
-        pytest.param({"request_id": "r" * 200}, id="request_id of 200"),
-        pytest.param({"phase": "completion"}, id="completion"),
-        pytest.param({"phase": "confirmation", "outcome": "uncertain"}, id="confirmation"),
-        pytest.param({"phase": "handoff", "outcome": "timed_out"}, id="handoff"),
-        pytest.param({"outcome": "failed"}, id="failed"),
-        pytest.param({"duration_ms": 0}, id="duration 0"),
-        pytest.param({"duration_ms": MAX}, id="duration 2^53-1"),
-        pytest.param({"input_summary": "x" * 10_000, "result": ""}, id="long free text"),
-        pytest.param({"observed": ["o" * 500] * 20}, id="20 observed of 500"),
-        pytest.param({"not_observed": ["n" * 500] * 20}, id="20 not_observed of 500"),
-        pytest.param({"observed": []}, id="empty observed"),
-        pytest.param({"operation_ref": "o" * 200}, id="operation_ref of 200"),
-        pytest.param({"idempotency_key": "!"}, id="key of 1"),
-        pytest.param({"idempotency_key": "~" * 200}, id="key of 200"),
-        pytest.param({"idempotency_key": "".join(map(chr, range(0x21, 0x7F)))}, id="all ascii"),
-        pytest.param({"metadata": {f"k{i}": i for i in range(20)}}, id="20 metadata keys"),
-        pytest.param({"metadata": {"a" + "b" * 63: "x"}}, id="64-char metadata key"),
-        pytest.param({"metadata": {"a.b-c_d9": "x" * 500}}, id="metadata string of 500"),
-        pytest.param({"metadata": {"big": MAX, "small": -MAX}}, id="safe integer bounds"),
-        pytest.param({"metadata": {}}, id="empty metadata"),
-        pytest.param(
-            {
-                "links": {
-                    "child_receipt_ids": [
-                        f"{i:08x}-0000-4000-8000-000000000000" for i in range(50)
-                    ],
-                    "child_idempotency_keys": [f"k{i}" for i in range(50)],
-                }
-            },
-            id="100 children in all",
-        ),
-    ],
-)
+EDGE_CASES: list[Any] = [
+    pytest.param({"workflow_id": "x"}, id="workflow_id of 1"),
+    pytest.param({"workflow_id": "x" * 200}, id="workflow_id of 200"),
+    pytest.param({"workflow_id": "\U0001f600" * 200}, id="200 astral code points"),
+    pytest.param({"step_id": ""}, id="empty step_id"),
+    pytest.param({"step_id": "x" * 200}, id="step_id of 200"),
+    pytest.param({"attempt": {"number": 1}}, id="attempt number 1"),
+    pytest.param({"attempt": {"number": MAX}}, id="attempt number 2^53-1"),
+    pytest.param({"attempt": {"prior_attempt_id": "x" * 200}}, id="prior_attempt_id 200"),
+    pytest.param({"attempt": {"retry_reason": "x" * 500}}, id="retry_reason 500"),
+    pytest.param({"subject": {"type": "agent_run", "name": "x" * 200}}, id="subject name"),
+    pytest.param({"subject": {"type": "model", "name": "m", "version": "v" * 100}}, id="ver"),
+    pytest.param({"framework": {"name": "n" * 50, "tool_call_id": "t" * 200}}, id="fw"),
+    pytest.param({"session_id": "s" * 200, "actor": "", "trace_id": "t" * 200}, id="corr"),
+    pytest.param({"request_id": "r" * 200}, id="request_id of 200"),
+    pytest.param({"phase": "completion"}, id="completion"),
+    pytest.param({"phase": "confirmation", "outcome": "uncertain"}, id="confirmation"),
+    pytest.param({"phase": "handoff", "outcome": "timed_out"}, id="handoff"),
+    pytest.param({"outcome": "failed"}, id="failed"),
+    pytest.param({"duration_ms": 0}, id="duration 0"),
+    pytest.param({"duration_ms": MAX}, id="duration 2^53-1"),
+    pytest.param({"input_summary": "x" * 10_000, "result": ""}, id="long free text"),
+    pytest.param({"observed": ["o" * 500] * 20}, id="20 observed of 500"),
+    pytest.param({"not_observed": ["n" * 500] * 20}, id="20 not_observed of 500"),
+    pytest.param({"observed": []}, id="empty observed"),
+    pytest.param({"operation_ref": "o" * 200}, id="operation_ref of 200"),
+    pytest.param({"idempotency_key": "!"}, id="key of 1"),
+    pytest.param({"idempotency_key": "~" * 200}, id="key of 200"),
+    pytest.param({"idempotency_key": "".join(map(chr, range(0x21, 0x7F)))}, id="all ascii"),
+    pytest.param({"metadata": {f"k{i}": i for i in range(20)}}, id="20 metadata keys"),
+    pytest.param({"metadata": {"a" + "b" * 63: "x"}}, id="64-char metadata key"),
+    pytest.param({"metadata": {"a.b-c_d9": "x" * 500}}, id="metadata string of 500"),
+    pytest.param({"metadata": {"big": MAX, "small": -MAX}}, id="safe integer bounds"),
+    pytest.param({"metadata": {}}, id="empty metadata"),
+    pytest.param(
+        {
+            "links": {
+                "child_receipt_ids": [
+                    f"{i:08x}-0000-4000-8000-000000000000" for i in range(50)
+                ],
+                "child_idempotency_keys": [f"k{i}" for i in range(50)],
+            }
+        },
+        id="100 children in all",
+    ),
+]
+
+
+@pytest.mark.parametrize("changes", EDGE_CASES)
 def test_it_accepts_values_at_the_edge_of_their_limits(changes: dict[str, Any]) -> None:
     payload = minimal(**changes)
     producer = validate(copy.deepcopy(payload)).producer

@@ -374,3 +374,25 @@ def test_it_scans_a_large_adversarial_text_quickly() -> None:
     started = time.perf_counter()
     redact_text(text)
     assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(f"Authorization: Bearer\n  {JWT}", id="bearer then a line break"),
+        pytest.param("Authorization: Bearer\r\nabc123def456", id="bearer then CRLF"),
+        pytest.param(f"token {JWT[:30]}\n{JWT[30:]}", id="jwt wrapped inside a segment"),
+        pytest.param(f"token {JWT[:36]}\n    {JWT[36:]}", id="jwt wrapped at a dot, indented"),
+        pytest.param(f"token {JWT.replace('.', chr(10) + '.')}", id="jwt wrapped before dots"),
+    ],
+)
+def test_a_token_split_across_a_line_break_is_still_redacted(text: str) -> None:
+    redacted, removed = redact_text(text)
+    assert redacted.count("[REDACTED]") == 1
+    assert "eyJ" not in redacted
+    assert "abc123def456" not in redacted
+    assert len(removed) == 1
+
+
+def test_a_line_break_after_the_word_bearer_in_prose_is_left_alone() -> None:
+    assert redact_text("the bearer\nof bad news")[0] == "the bearer\nof bad news"

@@ -101,6 +101,16 @@ LINKS: Final = Object(
         ),
     ),
     across=_links_across,
+    # The parent named twice is expressible (null being absent); "at most 100 in all" is not.
+    across_schema={
+        "not": {
+            "required": ["parent_receipt_id", "parent_idempotency_key"],
+            "properties": {
+                "parent_receipt_id": {"not": {"type": "null"}},
+                "parent_idempotency_key": {"not": {"type": "null"}},
+            },
+        }
+    },
     across_description=(
         "Not both parent_receipt_id and parent_idempotency_key; at most "
         f"{MAX_CHILDREN} children named in all; every receipt named must exist and belong to "
@@ -315,15 +325,16 @@ def page_rows(document: dict[str, Any], section: str) -> list[dict[str, Any]]:
 UNEXPRESSED_RULES: Final = (
     "Rules this schema cannot express, which the site enforces all the same: the body must be "
     "UTF-8 JSON without a byte order mark, duplicate object keys, NaN or Infinity (400); a "
-    "string must not hold a lone surrogate (422); an integer is a JSON number with no fraction "
-    "and no exponent (1.0 and 1e3 are refused), and within ±(2^53−1); a date-time must also "
-    "name a real day and time (no 30 February); an identifier (any string that is not free "
-    "text) that looks like a secret (an API key, a token, a password) is refused, since it "
-    "cannot be redacted; links must name receipts of the same tenant that exist, and the same "
-    "child only once whether by id or by key; an idempotency key already used by this tenant "
-    "for a different request is refused (422 idempotency-key-reused), and the same request "
-    "again replays the first answer. null means absent, at any depth, except as a metadata "
-    "value."
+    "string must not hold a lone surrogate (422); an integer is a JSON number with no "
+    "fraction and no exponent (1.0 and 1e3 are refused), and within ±(2^53−1); a date-time "
+    "must also name a real day and time (no 30 February); an identifier (any string that is "
+    "not free text) that looks like a secret (an API key, a token, a password) is refused, "
+    "since it cannot be redacted; links may name at most 100 children in all (ids and keys "
+    "together), and must name receipts of the same tenant that exist, each child only once, "
+    "whether by id or by key and in whatever case its id is written; an idempotency key "
+    "already used by this tenant for a different request is refused (422 "
+    "idempotency-key-reused), and the same request again replays the first answer. null means "
+    "absent, at any depth, except as a metadata value."
 )
 
 

@@ -140,19 +140,9 @@ def api_route(
 
 # --- rate limits: token buckets in the cache -------------------------------------------------
 
-DEFAULT_LIMITS = {"ingest": (200.0, 50.0), "read": (30.0, 5.0)}  # (burst, per second)
-
-
 def _limits() -> dict[str, tuple[float, float]] | None:
-    value = settings.RATE_LIMITS.lower()
-    if value == "off":
-        return None
-    limits = dict(DEFAULT_LIMITS)
-    if value not in ("", "on"):
-        for part in value.split(","):
-            name, _, spec = part.partition("=")
-            burst, _, rate = spec.partition("/")
-            limits[name.strip()] = (float(burst), float(rate))
+    # Parsed and checked once, at start (receiptsite.config.rate_limits); None is off.
+    limits: dict[str, tuple[float, float]] | None = settings.RATE_LIMITS
     return limits
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from receiptsite.receipts import evidence
-from receiptsite.receipts.validation import Enum
+from receiptsite.receipts.validation import NO_NUL, Enum
 
 STRING = {"type": "string"}
 UUID = {"type": "string", "format": "uuid"}
@@ -15,7 +15,8 @@ TIMESTAMP = {"type": "string", "format": "date-time"}
 def _filter_schema(column: evidence.StoredColumn) -> dict[str, Any]:
     if isinstance(column.kind, Enum):
         return column.kind.schema()
-    return {"type": "string", "maxLength": column.max_length, "pattern": "^[^\\u0000]*$"}
+    # No maxLength: a longer value is a filter that matches nothing, not a bad request.
+    return {"type": "string", "pattern": NO_NUL}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -95,12 +96,15 @@ VERIFICATION = {
     },
 }
 
+def _or_empty(schema: dict[str, Any]) -> dict[str, Any]:
+    # An empty query parameter counts as absent.
+    return {"anyOf": [schema, {"const": ""}]}
+
+
 LIST_PARAMS = [
-    {"name": column.name, "in": "query", "required": False, "schema": _filter_schema(column)}
-    for column in evidence.LIST_FILTERS
-] + [
-    {"name": name, "in": "query", "required": False, "schema": schema}
+    {"name": name, "in": "query", "required": False, "schema": _or_empty(schema)}
     for name, schema in [
+        *((column.name, _filter_schema(column)) for column in evidence.LIST_FILTERS),
         ("since", TIMESTAMP),
         ("until", TIMESTAMP),
         ("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
@@ -190,13 +194,20 @@ OPENAPI: dict[str, Any] = {
                         "application/json": {
                             "schema": {
                                 "type": "object",
+                                "additionalProperties": False,
                                 "required": ["receipts"],
                                 "properties": {
                                     "receipts": {
                                         "type": "array",
                                         "minItems": 1,
                                         "maxItems": 500,
-                                        "items": _ref("ReceiptIn"),
+                                        # Each item is meant to be a ReceiptIn, but one that
+                                        # is not gets its own problem in the 200 answer: the
+                                        # batch itself stays valid.
+                                        "items": {
+                                            "description": "A receipt document (ReceiptIn);"
+                                            " an invalid one is answered in its own result.",
+                                        },
                                     }
                                 },
                             }

@@ -147,7 +147,7 @@ def _linked(receipt: Receipt, links: dict[str, Any]) -> tuple[Any, list[dict[str
 
 
 def handoff_block(doc: dict[str, Any], url: str, follow_up: str) -> str:
-    """The hand-off block of SPEC.md: one text for the page, handoff.txt and the client."""
+    """The hand-off block (docs/api.md): one text for the page, handoff.txt and the client."""
     subject = doc.get("subject", {})
     attempt = doc.get("attempt", {"number": 1})
     lines = [

@@ -15,7 +15,7 @@ _RFC3339 = re.compile(
 )
 # The same shape for JSON Schema (ECMA-262 has no (?P<name>...) groups); the ranges of the
 # fields (no 30 February) are the format's business, and is_rfc3339's.
-SCHEMA_PATTERN: Final = "^" + re.sub(r"\(\?P<\w+>", "(", _RFC3339.pattern) + "$"
+SHAPE: Final = re.sub(r"\(\?P<\w+>", "(", _RFC3339.pattern)
 _DAYS_IN_MONTH: Final = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 

@@ -27,9 +27,20 @@ UNKNOWN_MESSAGE: Final = "is not a field of receipt/v1"
 SITE_FIELD_MESSAGE: Final = "is set by the site, not the producer"
 REQUIRED_MESSAGE: Final = "is required"
 OBJECT_MESSAGE: Final = "must be a JSON object"
+METADATA_VALUE_MESSAGE: Final = (
+    "must be a string, an integer (no fraction, no exponent), a boolean or null"
+)
+
+
+def whole(pattern: str) -> str:
+    """A JSON Schema `pattern` that must match the whole string. `$(?!\\n)`, not a bare `$`:
+    Python's re (which jsonschema and schemathesis use) lets `$` match before a final line
+    break, ECMA-262 does not; with the lookahead both read it alike."""
+    return f"^(?:{pattern})$(?!\\n)"
+
 
 # JSON Schema for "no U+0000": the regex escape, which ECMA-262 and Python's re both read.
-_NO_NUL: Final = "^[^\\u0000]*$"
+NO_NUL: Final = whole("[^\\u0000]*")
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -136,7 +147,7 @@ class Text(Kind):
             out["minLength"] = self.min_len
         if self.max_len is not None:
             out["maxLength"] = self.max_len
-        out["pattern"] = f"^{self.chars}*$" if self.chars else _NO_NUL
+        out["pattern"] = whole(f"{self.chars}*") if self.chars else NO_NUL
         if self.cut:
             out["description"] = "Free text: secrets are redacted and a long text is cut."
         elif self.free:
@@ -202,7 +213,7 @@ class Timestamp(Kind):
         return text
 
     def schema(self) -> dict[str, Any]:
-        return {"type": "string", "format": "date-time", "pattern": rfc3339.SCHEMA_PATTERN}
+        return {"type": "string", "format": "date-time", "pattern": whole(rfc3339.SHAPE)}
 
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -222,7 +233,7 @@ class ReceiptId(Kind):
         return text.lower()
 
     def schema(self) -> dict[str, Any]:
-        return {"type": "string", "pattern": f"^{_UUID.pattern}$"}
+        return {"type": "string", "pattern": whole(_UUID.pattern)}
 
 
 @dataclass(frozen=True)
@@ -307,6 +318,7 @@ class Object(Kind):
     # A check across fields, after each field passed its own: returns [(pointer, message)].
     across: Callable[[dict[str, Any], str], list[tuple[str, str]]] | None = None
     across_description: str = ""
+    across_schema: dict[str, Any] = field(default_factory=dict)  # what JSON Schema can say of it
 
     def check(self, value: object, at: str, errors: Errors) -> Any:
         if not isinstance(value, dict):
@@ -391,6 +403,7 @@ class Object(Kind):
             out["allOf"] = conditions
         if self.across_description:
             out["description"] = self.across_description
+        out.update(self.across_schema)
         return out
 
     def _condition(self, member: Field) -> dict[str, Any]:
@@ -417,7 +430,7 @@ class Object(Kind):
                     yield from member.kind.texts(value[member.name], here, value, member.name)
 
 
-_METADATA_KEY = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+METADATA_KEY = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -440,7 +453,7 @@ class Metadata(Kind):
             here = join_pointer(at, key)
             if has_lone_surrogate(key):
                 errors.add(here, SURROGATE_MESSAGE)
-            elif not _METADATA_KEY.fullmatch(key):
+            elif not METADATA_KEY.fullmatch(key):
                 errors.add(
                     here,
                     "is not an allowed metadata key (a lowercase letter, then up to 63 of "
@@ -459,16 +472,14 @@ class Metadata(Kind):
             return self.value_integer.check(value, at, errors)
         if isinstance(value, str):
             return self.value_text.check(value, at, errors)
-        errors.add(
-            at, "must be a string, an integer (no fraction, no exponent), a boolean or null"
-        )
+        errors.add(at, METADATA_VALUE_MESSAGE)
         return INVALID
 
     def schema(self) -> dict[str, Any]:
         return {
             "type": "object",
             "maxProperties": self.max_keys,
-            "propertyNames": {"pattern": f"^{_METADATA_KEY.pattern}$"},
+            "propertyNames": {"pattern": whole(METADATA_KEY.pattern)},
             "additionalProperties": {
                 "anyOf": [
                     self.value_text.schema(),
