@@ -154,7 +154,7 @@ def test_the_table_has_one_row_per_field_in_the_declarations_order() -> None:
         line.split("|")[1].strip().strip("`")
         for line in docgen.receipt_format_fields().splitlines()[2:]
     ]
-    assert rows == [".".join(path) for path, _ in docgen.walk(evidence.DOCUMENT)]
+    assert rows == [".".join(path) for path, _ in evidence.walk(evidence.DOCUMENT)]
     assert "subject.name" in rows and "links.child_idempotency_keys" in rows
 
 
@@ -167,7 +167,7 @@ def test_every_field_of_the_declaration_is_in_the_receipt_format() -> None:
     prose = text.replace(docgen.generated_block(text), "")
     missing = [
         ".".join(path)
-        for path, _ in docgen.walk(evidence.DOCUMENT)
+        for path, _ in evidence.walk(evidence.DOCUMENT)
         if f"`{'.'.join(path)}`" not in (prose if len(path) == 1 else text)
     ]
     assert not missing, f"docs/receipt-format.md does not describe {missing}"

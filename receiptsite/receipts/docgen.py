@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -45,15 +44,6 @@ HEADER: Final = (
     "| page label |"
 )
 NONE: Final = "—"
-
-
-def walk(obj: Object, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Field]]:
-    """Every field of `obj`, depth first, in the declaration's order, with its path."""
-    for member in obj.fields:
-        here = (*path, member.name)
-        yield here, member
-        if isinstance(member.kind, Object):
-            yield from walk(member.kind, here)
 
 
 def dotted(path: tuple[str, ...]) -> str:
@@ -203,7 +193,7 @@ def receipt_format_fields() -> str:
     """The Markdown table of every field the producer may send, one row each, nested fields
     as `subject.name`, in the declaration's order (the order validation reports errors in)."""
     lines = [HEADER, "|" + "---|" * HEADER.count(" |")]
-    for path, member in walk(evidence.DOCUMENT):
+    for path, member in evidence.walk(evidence.DOCUMENT):
         cells = [
             _code(dotted(path)),
             describe(member.kind),

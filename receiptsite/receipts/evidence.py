@@ -242,12 +242,13 @@ DOCUMENT: Final = Object(
 # --- what derives from the declaration ---------------------------------------------------------
 
 
-def _walk(obj: Object, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Field]]:
+def walk(obj: Object, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Field]]:
+    """Every field of `obj`, depth first, in the declaration's order, with its path."""
     for member in obj.fields:
         here = (*path, member.name)
         yield here, member
         if isinstance(member.kind, Object):
-            yield from _walk(member.kind, here)
+            yield from walk(member.kind, here)
 
 
 def _required_all_the_way(path: tuple[str, ...]) -> bool:
@@ -291,7 +292,7 @@ class StoredColumn:
 
 
 COLUMNS: Final = tuple(
-    StoredColumn(path, member) for path, member in _walk(DOCUMENT) if member.column is not None
+    StoredColumn(path, member) for path, member in walk(DOCUMENT) if member.column is not None
 )
 
 
@@ -307,7 +308,7 @@ def columns_of(document: dict[str, Any]) -> dict[str, Any]:
 def page_rows(document: dict[str, Any], section: str) -> list[dict[str, Any]]:
     """The labelled fields of one section of the page, in the declaration's order."""
     rows = []
-    for path, member in _walk(DOCUMENT):
+    for path, member in walk(DOCUMENT):
         if member.section != section or len(path) != 1 or document.get(path[0]) is None:
             continue
         rows.append(
