@@ -26,9 +26,15 @@ bootstrap() {
   if [ ! -x .venv/bin/python ]; then
     "$(find_python)" -m venv .venv
   fi
-  stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)-${extras:-base}"
+  # The site imports the client distribution (clients/python: the secret patterns and the
+  # hand-off block have one source), so it is installed first, from this repository; the
+  # tests also drive the client's framework adapters, so they get its extras.
+  local client="clients/python"
+  [ "$extras" = "test" ] && client="clients/python[langchain,crewai,openai-agents]"
+  stamp=".venv/.installed-$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -c1-16)-${extras:-base}"
   if [ ! -e "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e "$client"
     .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
     touch "$stamp"
   fi

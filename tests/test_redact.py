@@ -6,9 +6,9 @@ import copy
 from typing import Any
 
 import pytest
+from receiptsite_client.redaction import find_secrets, redact_text, truncate
 
-from receiptsite.receipts.redact import redact, truncate
-from receiptsite.receipts.secretscan import find_secrets, redact_text
+from receiptsite.receipts.redact import redact
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."

@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.translation import get_language, gettext_lazy, pgettext_lazy
 from django.utils.translation import gettext as _
+from receiptsite_client.handoff import handoff_block
 
 from receiptsite.receipts.evidence import BOUNDARY, page_rows
 from receiptsite.receipts.models import Receipt, ReviewDecision
@@ -144,24 +145,6 @@ def _linked(receipt: Receipt, links: dict[str, Any]) -> tuple[Any, list[dict[str
         return {"id": receipt_id, "subject": name, "phase": phase, "outcome": words}
 
     return (describe(parent_id) if parent_id else None), [describe(i) for i in child_ids]
-
-
-def handoff_block(doc: dict[str, Any], url: str, follow_up: str) -> str:
-    """The hand-off block (docs/api.md): one text for the page, handoff.txt and the client."""
-    subject = doc.get("subject", {})
-    attempt = doc.get("attempt", {"number": 1})
-    lines = [
-        ("Work item:", f"{subject.get('type', '')} {subject.get('name', '')}"),
-        ("Workflow / attempt:", f"{doc.get('workflow_id', '')} / {attempt.get('number', 1)}"),
-        ("Observed status:", doc.get("outcome") or "started"),
-        ("Receipt:", url),
-        ("Recorded at:", doc.get("recorded_at", "")),
-        ("What it shows:", " ".join(doc.get("observed", [])) or "nothing stated by the producer"),
-        ("What it does not show:", " ".join(doc.get("not_observed", []))),
-        ("Follow-up:", follow_up),
-    ]
-    return "".join(f"{label:<20}{value}\n" if len(label) < 20 else f"{label} {value}\n"
-                   for label, value in lines)
 
 
 def page_context(

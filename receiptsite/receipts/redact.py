@@ -7,35 +7,12 @@ differs from what the producer sent.
 from __future__ import annotations
 
 import copy
-from typing import Any, Final
+from typing import Any
+
+from receiptsite_client.redaction import DEFAULT_LIMIT, redact_text, truncate
 
 from receiptsite.receipts.evidence import DOCUMENT
-from receiptsite.receipts.secretscan import redact_text
 from receiptsite.receipts.validation import Kind, ListOf, Metadata, Object, TextPlace
-
-DEFAULT_LIMIT: Final = 4000
-
-
-def truncation_marker(removed: int) -> str:
-    return f"…[truncated {removed} chars]"
-
-
-def truncate(text: str, limit: int) -> tuple[str, int]:
-    """Cut `text` to `limit` code points, marker included; returns it and the count removed.
-
-    The marker's own length depends on the count it reports, so try each digit count until
-    the two agree (one always does: each extra digit removes one more code point).
-    """
-    if len(text) <= limit:
-        return text, 0
-    for digits in range(1, len(str(len(text))) + 1):
-        keep = limit - len(truncation_marker(10 ** (digits - 1)))
-        if keep < 0:
-            break
-        removed = len(text) - keep
-        if len(str(removed)) == digits:
-            return text[:keep] + truncation_marker(removed), removed
-    raise ValueError(f"a limit of {limit} leaves no room for the truncation marker")
 
 
 def _entry(pointer: str, reason: str, removed: int) -> dict[str, Any]:

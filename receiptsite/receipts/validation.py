@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from receiptsite.receipts import rfc3339, secretscan
+from receiptsite_client import redaction
+
+from receiptsite.receipts import rfc3339
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 
@@ -136,7 +138,7 @@ class Text(Kind):
         if self.chars is not None and not re.fullmatch(f"{self.chars}*", text):
             errors.add(at, self.chars_message)
             return INVALID
-        if not self.free and secretscan.find_secrets(text):
+        if not self.free and redaction.find_secrets(text):
             errors.add(at, SECRET_MESSAGE)
             return INVALID
         return text

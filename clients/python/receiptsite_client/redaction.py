@@ -1,6 +1,8 @@
-"""The secrets the site recognises in text: one list of patterns for redaction (free text) and
-for refusing identifiers that look like secrets (an identifier cannot be redacted without
-breaking what it correlates).
+"""Secrets out, long texts cut: the patterns a receiptsite recognises, and its truncation.
+
+One source for the site and for this client: the site redacts free text and refuses
+identifiers that look like secrets with these very patterns, and a producer redacts with them
+before anything is written to its outbox or sent. Standard library only.
 """
 
 from __future__ import annotations
@@ -168,3 +170,28 @@ def redact_text(text: str) -> tuple[str, list[int]]:
         position = end
     pieces.append(text[position:])
     return "".join(pieces), removed
+
+
+DEFAULT_LIMIT: Final = 4000
+
+
+def truncation_marker(removed: int) -> str:
+    return f"…[truncated {removed} chars]"
+
+
+def truncate(text: str, limit: int) -> tuple[str, int]:
+    """Cut `text` to `limit` code points, marker included; returns it and the count removed.
+
+    The marker's own length depends on the count it reports, so try each digit count until
+    the two agree (one always does: each extra digit removes one more code point).
+    """
+    if len(text) <= limit:
+        return text, 0
+    for digits in range(1, len(str(len(text))) + 1):
+        keep = limit - len(truncation_marker(10 ** (digits - 1)))
+        if keep < 0:
+            break
+        removed = len(text) - keep
+        if len(str(removed)) == digits:
+            return text[:keep] + truncation_marker(removed), removed
+    raise ValueError(f"a limit of {limit} leaves no room for the truncation marker")
