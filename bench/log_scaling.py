@@ -534,7 +534,7 @@ def db_layer(
                 receipt = Receipt.objects.create(**fields)
                 if counting:
                     with CaptureQueriesContext(connection) as captured:
-                        index = log.append(receipt, data)
+                        index = log.append(receipt, data).size - 1
                     append.queries.append(len(captured.captured_queries))
                     if size == largest and j == 0:
                         for query in captured.captured_queries:
@@ -545,7 +545,7 @@ def db_layer(
                     seconds = float("nan")
                 else:
                     t0 = time.perf_counter()
-                    index = log.append(receipt, data)
+                    index = log.append(receipt, data).size - 1
                     seconds = time.perf_counter() - t0
             total = time.perf_counter() - start
             if index != expected:

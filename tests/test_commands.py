@@ -299,7 +299,7 @@ def test_checklog_fails_while_the_latest_checkpoint_lags_the_log(
     producer: Producer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     publish(producer, 2)
-    monkeypatch.setattr(log, "sign_head", lambda: None)  # died between commit and signing
+    monkeypatch.setattr(log, "sign_appended", lambda current: None)  # a tree left unsigned
     receipt_ingest(api_key=ApiKey.objects.get(), payload=example_body(idempotency_key="late"))
     monkeypatch.undo()
     with pytest.raises(CommandError, match="latest signed checkpoint has 2 leaves, the log 3"):

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.core.management import call_command
 from django.db import DatabaseError, OperationalError, connection, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from receiptsite.config import signing_key
 from receiptsite.integrity import merkle
@@ -332,11 +333,13 @@ def test_a_receipt_stored_but_not_yet_signed_is_pending_until_a_write_signs(
 ) -> None:
     producer.publish(idempotency_key="a")
 
-    def the_process_dies() -> None:
+    def the_process_dies(current: log.Head) -> None:
         raise OperationalError("the worker was killed after the commit")
 
-    # Stored and committed, then the process dies before signing: no 201 was answered.
-    monkeypatch.setattr(log, "sign_head", the_process_dies)
+    # A tree stored without its note (an older release signed after the commit, and its
+    # process died in between): committed, and no 201 was answered.
+    monkeypatch.setattr(log, "sign_appended", lambda current: None)
+    monkeypatch.setattr(log, "remember", the_process_dies)
     lost = producer.post(example_body(idempotency_key="b"))
     monkeypatch.undo()
     assert lost.status_code == 503
@@ -360,7 +363,7 @@ def test_a_receipt_stored_but_not_yet_signed_is_pending_until_a_write_signs(
 def test_the_next_ingest_signs_a_tree_left_unsigned(
     producer: Producer, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(log, "sign_head", lambda: None)  # as if it died right after the commit
+    monkeypatch.setattr(log, "sign_appended", lambda current: None)  # a tree left unsigned
     key = ApiKey.objects.get()
     stranded = receipt_ingest(api_key=key, payload=example_body(idempotency_key="a")).receipt
     monkeypatch.undo()
@@ -428,3 +431,41 @@ def test_the_database_refuses_to_change_a_signed_checkpoint(
     refused = pytest.raises(DatabaseError, match="append-only")
     with refused, transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(statement)
+
+
+def test_a_tree_signed_but_not_remembered_before_a_crash_is_remembered_by_the_next_write(
+    producer: Producer, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer.publish(idempotency_key="a")
+    # Committed with its note, then the process died before it wrote LOG_STATE_FILE.
+    monkeypatch.setattr(log, "remember", lambda current: None)
+    producer.publish(idempotency_key="b")
+    monkeypatch.undo()
+    assert json.loads(Path(settings.LOG_STATE_FILE).read_text())["tree_size"] == 1
+    # The next write catches up under the append lock before it stores anything.
+    checked: list[int] = []
+    real = log._remember
+
+    def remembering(head: log.Head) -> None:
+        checked.append(head.size)
+        real(head)
+
+    monkeypatch.setattr(log, "_remember", remembering)
+    producer.publish(idempotency_key="c")
+    assert checked[0] == 2  # the tree published before the crash, remembered first
+    assert json.loads(Path(settings.LOG_STATE_FILE).read_text())["tree_size"] == 3
+
+
+def test_one_commit_stores_the_receipt_its_leaf_and_its_signed_checkpoint(
+    producer: Producer, client: Client
+) -> None:
+    producer.publish(idempotency_key="first")  # the key's row is recorded by this one
+    with CaptureQueriesContext(connection) as queries:
+        answer = producer.publish(idempotency_key="second")
+    # Inside the test's own transaction each atomic block is a savepoint: one, not two.
+    savepoints = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
+    assert len(savepoints) == 1
+    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("INSERT")]
+    assert any("receipts_signedcheckpoint" in sql for sql in inserts)
+    note_size = client.get("/api/log/checkpoint").content.decode().split("\n")[1]
+    assert int(note_size) == answer["log_index"] + 1

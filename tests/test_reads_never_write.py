@@ -63,12 +63,12 @@ def rotated(settings: Any, tmp_path: Path) -> None:
 
 
 def unsigned(settings: Any, tmp_path: Path) -> None:
-    """A receipt stored and committed by a process that died before it signed."""
-    signer, log.sign_head = log.sign_head, lambda: None
+    """A receipt stored and committed without its note (an older release, or a crash)."""
+    signer, log.sign_appended = log.sign_appended, lambda current: None
     try:
         receipt_ingest(api_key=ApiKey.objects.get(), payload=example_body(idempotency_key="late"))
     finally:
-        log.sign_head = signer
+        log.sign_appended = signer
 
 
 def rolled_back(settings: Any, tmp_path: Path) -> None:

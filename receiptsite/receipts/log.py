@@ -6,19 +6,22 @@ is in receiptsite.integrity.merkle; this module reads and writes the rows.
 
 Writes sign, reads never do:
 
-- A receipt's leaf is appended in the transaction that stores it (lock_for_append, append).
-- Once that transaction has committed, sign_head() signs the new tree head with the active key
-  and stores the note; the POST that stored the receipt answers after that. So the site never
-  signs a tree that could still roll back, and a receipt answered 201 is always in a stored
-  checkpoint. Commands sign too (`migrate`, `signcheckpoint`), for the empty tree and after a
-  key rotation.
-- Reads (published()) serve the latest stored note, in one query, and write nothing. A reader
-  racing an ingest may see a receipt whose checkpoint is not stored yet (its POST has not
-  answered); verification calls that `pending`.
+- A receipt's leaf is appended in the transaction that stores it (lock_for_append, append),
+  and the new tree head is signed and its note stored in that same transaction
+  (sign_appended): one commit makes the receipt, its leaf and its checkpoint visible
+  together, so a receipt answered 201 is always in a stored checkpoint, and a transaction
+  that rolls back takes its note with it. Commands sign too (`migrate`, `signcheckpoint`),
+  for the empty tree and after a key rotation.
+- Reads (published()) serve the latest stored note, in one query, and write nothing. A tree
+  stored without its note (by an older release, or a process that died between the two) is
+  `pending` for verification until the next write signs it (lock_for_append catches up).
 
 The largest tree the site has signed is also remembered in LOG_STATE_FILE, outside the
-database, and written before its note is stored: after a restore from an old backup the site
-refuses to sign a tree that does not extend it, ingest answers 503 and stores nothing, and
+database, once the storing transaction has committed (remember(): a state file that ran
+ahead of a commit that then failed would make the site refuse its own log for good). A
+process that dies between the commit and that write leaves the file one tree behind, which
+the next write catches up. After a restore from an old backup the site refuses to sign a
+tree that does not extend the remembered one, ingest answers 503 and stores nothing, and
 reads answer 503 or fail the inclusion check (LogRollback).
 """
 
@@ -190,13 +193,19 @@ def _bring_up_to_date() -> None:
         _refuse(latest.signed, current.size, roots[latest.signed.size])
     if known is not None:
         _refuse(known, current.size, roots.get(known.size))
+    if latest is not None and (known is None or known.size < latest.signed.size):
+        _remember(latest.signed)  # committed before, not yet remembered (a crash in between)
     key = keyring.active_key()
     if latest is not None and latest.signed.size == current.size and latest.key_id == key.row.pk:
         return
+    _store_note(current, key)
+    if known is None or known.size < current.size:
+        _remember(current)  # a tree committed before (a catch-up): it cannot roll back
+
+
+def _store_note(current: Head, key: keyring.ActiveKey) -> None:
     body = note.checkpoint_body(current.origin, current.size, current.root)
     text = note.sign_note(body, current.origin, key.private)
-    if known is None or known.size < current.size:
-        _remember(current)  # before the note is stored: whatever is published is remembered
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {_SIGNED} (tree_size, note, signing_key_id, signed_at) "
@@ -210,20 +219,37 @@ def _bring_up_to_date() -> None:
         )
 
 
+def sign_appended(current: Head) -> None:
+    """Sign the tree head an append just made and store its note, in the storing
+    transaction (remember() it once that transaction has committed)."""
+    _store_note(current, keyring.active_key())
+
+
+def remember(current: Head) -> None:
+    """Record a signed tree in LOG_STATE_FILE. Call after the transaction that stored its
+    note has committed, never before: a state file that ran ahead of a commit that then
+    failed would make the site refuse its own log."""
+    known = read_state()
+    if known is None or known.size < current.size:
+        _remember(current)
+
+
 def sign_head() -> None:
     """Sign the stored tree head with the active key and store the note, unless the latest
-    stored checkpoint already is that. Call once a storing transaction has committed, never
-    inside one (durable: the tree signed must not be able to roll back); `migrate` and
-    `manage.py signcheckpoint` call it too. Raises LogRollback, LogNotSigned, CannotSign."""
+    stored checkpoint already is that: `migrate` and `manage.py signcheckpoint` call it, for
+    the empty tree and after a key rotation. In a transaction of its own (durable), so that
+    the tree it signs cannot roll back. Raises LogRollback, LogNotSigned, CannotSign."""
     with transaction.atomic(durable=True):
         lock_for_append()
 
 
-def append(receipt: Receipt, data: bytes) -> int:
-    """Append a receipt's canonical bytes as the next leaf; return its index.
+def append(receipt: Receipt, data: bytes) -> Head:
+    """Append a receipt's canonical bytes as the next leaf, and sign the new head; return that
+    head (the leaf's index is its size - 1).
 
     Must run inside the transaction that stores the receipt, after lock_for_append().
-    O(log n): reads the frontier of complete subtrees, writes the new ones and the new head.
+    O(log n): reads the frontier of complete subtrees, writes the new ones, the new head and
+    its signed note.
     """
     current = head()
     frontier = _nodes(merkle.nodes_for_append(current.size))
@@ -244,7 +270,9 @@ def append(receipt: Receipt, data: bytes) -> int:
             "VALUES (%s, %s, %s, %s)",
             [current.size + 1, root, current.origin, now],
         )
-    return current.size
+    new_head = Head(origin=current.origin, size=current.size + 1, root=root)
+    sign_appended(new_head)
+    return new_head
 
 
 def published() -> SignedHead:

@@ -163,10 +163,10 @@ def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
             signature=signature,
             signing_key=signing_key,
         )
-        index = log.append(receipt, data)
-    log.sign_head()  # committed: now its checkpoint, before the POST answers
+        logged = log.append(receipt, data)  # and its signed checkpoint, in this transaction
+    log.remember(logged)  # committed: now it may be remembered outside the database
     # Fill the reverse one-to-one cache so answers need no further query.
-    receipt.log_entry = LogEntry(index=index, receipt=receipt)
+    receipt.log_entry = LogEntry(index=logged.size - 1, receipt=receipt)
     return Ingested(receipt=receipt, replayed=False)
 
 
