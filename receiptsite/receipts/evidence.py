@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from django.utils.translation import gettext_lazy as _
+from receiptsite_client import boundary
 
 from receiptsite.receipts.validation import (
     MAX_SAFE_INTEGER,
@@ -37,26 +38,9 @@ OUTCOMES: Final = ("succeeded", "failed", "timed_out", "uncertain")
 SITE_FIELDS: Final = frozenset({"schema", "id", "tenant", "recorded_at", "publisher", "redactions"})
 MAX_CHILDREN: Final = 100
 
-_END_BOUNDARY: Final = (
-    "This records what the agent runtime reported to this site. It does not show that any "
-    "effect outside that report happened (an email received, a payment settled, a write "
-    "accepted)."
-)
-
-# The default evidence boundary: one statement per phase, appended to `not_observed`.
-BOUNDARY: Final[dict[str, str]] = {
-    "start": "A start record shows that the step was invoked. It cannot show its result.",
-    "end": _END_BOUNDARY,
-    "completion": _END_BOUNDARY,
-    "confirmation": (
-        "This records the confirmation the runtime observed from the provider; it does not "
-        "show anything the provider did not confirm."
-    ),
-    "handoff": (
-        "This records what was handed over and when. It does not show that the recipient "
-        "reviewed or accepted it."
-    ),
-}
+# The default evidence boundary, one statement per phase, appended to `not_observed`. Declared
+# in the client distribution, which the producers' hand-off block needs too: one source.
+BOUNDARY: Final = boundary.BOUNDARY
 
 
 def _identifier(max_len: int, min_len: int = 0) -> Text:
