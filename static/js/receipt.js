@@ -206,9 +206,18 @@
       var keys = await (await fetch(panel.dataset.keysUrl, { credentials: "omit" })).json();
       var bytes = b64decode(answer.canonical_bytes);
       var digest = hex(await sha256(bytes));
-      show(gettext("hash"), digest === answer.output_hash ? "pass" : "fail",
-        digest === answer.output_hash ? fmt(gettext("SHA-256 of the bytes is %(digest)s."), { digest: digest })
-          : fmt(gettext("SHA-256 of the bytes is %(digest)s, not the %(stated)s the site states."), { digest: digest, stated: answer.output_hash }));
+      // The bytes must be this receipt's: another receipt's genuine bytes, signature and proof
+      // would pass every other check.
+      var documentId = null;
+      try { documentId = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes)).id; } catch (e) { documentId = null; }
+      var wanted = panel.dataset.receiptId;
+      if (documentId !== wanted || answer.receipt_id !== wanted) {
+        show(gettext("hash"), "fail", fmt(gettext("The bytes are not this receipt's: they name %(found)s, not %(wanted)s."), { found: String(documentId), wanted: wanted }));
+      } else {
+        show(gettext("hash"), digest === answer.output_hash ? "pass" : "fail",
+          digest === answer.output_hash ? fmt(gettext("SHA-256 of the bytes is %(digest)s."), { digest: digest })
+            : fmt(gettext("SHA-256 of the bytes is %(digest)s, not the %(stated)s the site states."), { digest: digest, stated: answer.output_hash }));
+      }
 
       var key = keys.keys.find(function (k) { return k.kid === answer.signature.key_id; });
       var ed25519 = true;

@@ -1,0 +1,467 @@
+"""receipt-verify, the verifier that trusts nothing but the key it is given.
+
+Offline: the installed console script (a subprocess, as a user runs it) and the library
+function on every conformance vector in vectors/ with the keys pinned: exit 0 for the valid
+ones, 1 for each corrupted one, with exactly the checks the manifest names failing. Live: a
+real site (tests/live.py) checked from a /run/<id> URL and a verify URL, with and without a
+pinned key, a key that is not the site's, and the site stopped.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from receiptsite_client.verify import (
+    CHECK_NAMES,
+    canonical_form_problem,
+    jcs,
+    jwk_thumbprint,
+    verify_verification,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+VECTORS = REPO / "vectors"
+CLI = REPO / ".venv" / "bin" / "receipt-verify"
+PYTHON = REPO / ".venv" / "bin" / "python"
+MANIFEST: dict[str, Any] = json.loads((VECTORS / "manifest.json").read_text("utf-8"))
+ENTRIES: list[dict[str, Any]] = MANIFEST["vectors"]
+EXIT = {"valid": 0, "invalid": 1, "could_not_check": 2}
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def load(name: str) -> Any:
+    return json.loads((VECTORS / name).read_text("utf-8"))
+
+
+def fresh_x() -> str:
+    raw = (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    )
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def by_name(name: str) -> dict[str, Any]:
+    return next(e for e in ENTRIES if e["name"] == name)
+
+
+# --- every vector, offline, key pinned ----------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["name"] for e in ENTRIES])
+def test_the_command_reaches_each_vector_verdict(entry: dict[str, Any]) -> None:
+    done = run(str(VECTORS / entry["file"]), "--key", str(VECTORS / entry["keys"]), "--json")
+    assert done.returncode == EXIT[entry["expected"]], done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["status"] == entry["expected"]
+    failed = [c["name"] for c in answer["checks"] if c["result"] == "fail"]
+    assert sorted(failed) == sorted(entry["fails"]), entry["changed"]
+    assert all(c["result"] == "pass" for c in answer["checks"] if c["name"] not in failed)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["name"] for e in ENTRIES])
+def test_the_library_reaches_each_vector_verdict(entry: dict[str, Any]) -> None:
+    result = verify_verification(load(entry["file"]), load(entry["keys"]), None)
+    assert result.status == entry["expected"]
+    assert sorted(result.failed()) == sorted(entry["fails"])
+    assert [c.name for c in result.checks] == list(CHECK_NAMES)
+
+
+def test_the_site_claims_in_a_corrupted_vector_are_not_believed() -> None:
+    """A corrupted vector still says "status": "valid" with five passing checks (the site's
+    answer before it was edited): the verifier recomputes instead of reading them."""
+    entry = by_name("plain--flipped-byte")
+    assert load(entry["file"])["status"] == "valid"
+    assert run(str(VECTORS / entry["file"]), "--key", str(VECTORS / "keys.json")).returncode == 1
+
+
+def test_plain_words_name_each_check_and_the_verdict() -> None:
+    done = run(
+        str(VECTORS / "invalid/plain--bad-signature.json"), "--key", str(VECTORS / "keys.json")
+    )
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    for name in CHECK_NAMES:
+        [line] = [line for line in lines if f" {name}: " in line]
+        word = line.split(f" {name}: ")[0].strip()
+        assert word == ("FAIL" if name == "signature" else "pass"), line
+    assert lines[-1] == "Verdict: INVALID. Failed: signature."
+    assert "not independent" not in done.stdout  # a pinned key needs no such warning
+
+    valid = run(str(VECTORS / "valid/plain.json"), "--key", str(VECTORS / "keys.json"))
+    assert valid.returncode == 0
+    assert valid.stdout.splitlines()[-1] == "Verdict: VALID. Every check passed."
+
+
+def test_json_output_has_the_documented_shape() -> None:
+    done = run(str(VECTORS / "valid/linked.json"), "--key", str(VECTORS / "keys.json"), "--json")
+    answer = json.loads(done.stdout)
+    assert set(answer) == {"status", "checks"}
+    assert answer["status"] == "valid"
+    assert [c["name"] for c in answer["checks"]] == list(CHECK_NAMES)
+    for check in answer["checks"]:
+        assert set(check) == {"name", "result", "detail"}
+        assert check["result"] in ("pass", "fail", "could_not_check")
+        assert isinstance(check["detail"], str) and check["detail"]
+
+
+# --- pinning a bare key --------------------------------------------------------------------
+
+
+def test_a_pinned_base64url_key_checks_what_it_signed_and_nothing_else() -> None:
+    """The vectors' site rotated its key: the plain receipt is signed by the first key, every
+    checkpoint of the final tree by the second. One pinned key vouches for its own
+    signatures only."""
+    keys = load("keys.json")["keys"]
+    first, second = keys[0]["x"], keys[1]["x"]
+    linked = str(VECTORS / "valid/linked.json")  # receipt and checkpoint: the second key
+    assert run(linked, "--key", second).returncode == 0
+    done = run(str(VECTORS / "valid/plain.json"), "--key", second, "--json")
+    assert done.returncode == 1
+    assert [c["name"] for c in json.loads(done.stdout)["checks"] if c["result"] == "fail"] == [
+        "signature"
+    ]
+    done = run(str(VECTORS / "valid/plain.json"), "--key", first, "--json")
+    assert done.returncode == 1
+    assert [c["name"] for c in json.loads(done.stdout)["checks"] if c["result"] == "fail"] == [
+        "checkpoint_signature"
+    ]
+    # The earlier verification's checkpoint was signed by the first key too.
+    assert run(str(VECTORS / "valid/plain-at-size-2.json"), "--key", first).returncode == 0
+    assert run(linked, "--key", fresh_x()).returncode == 1
+
+
+def test_a_pinned_key_marked_compromised_in_the_keys_document_fails() -> None:
+    compromised = load("keys-second-key-compromised.json")
+    result = verify_verification(
+        load("valid/linked.json"), compromised, load("keys.json")["keys"][1]["x"]
+    )
+    assert result.failed() == ["signature", "checkpoint_signature"]
+
+
+# --- bundles, missing keys, bad arguments ------------------------------------------------
+
+
+def test_a_bundle_is_checked_with_its_own_keys_or_a_pinned_one(tmp_path: Path) -> None:
+    bundle = {
+        "bundle": "receipt-bundle/v1",
+        "verification": load("valid/redacted.json"),
+        "keys": load("keys.json"),
+        "tlog_proof": "ignored here",
+    }
+    path = tmp_path / "bundle.json"
+    path.write_text(json.dumps(bundle))
+    done = run(str(path))
+    assert done.returncode == 0, done.stdout
+    assert "not independent of the site" in done.stdout
+    assert run(str(path), "--key", str(VECTORS / "keys-first-key-compromised.json")).returncode == 1
+    bundle["verification"] = load("invalid/redacted--truncated-proof.json")
+    path.write_text(json.dumps(bundle))
+    assert run(str(path)).returncode == 1
+    path.write_text(json.dumps({**bundle, "bundle": "receipt-bundle/v9"}))
+    assert run(str(path)).returncode == 2
+
+
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_no_key_and_no_network_cannot_check(tmp_path: Path) -> None:
+    verification = load("valid/plain.json")
+    verification["signature"]["keys_url"] = (
+        f"http://127.0.0.1:{_unused_port()}/.well-known/receipt-keys.json"
+    )
+    path = tmp_path / "saved.json"
+    path.write_text(json.dumps(verification))
+    done = run(str(path), "--json")
+    assert done.returncode == 2, done.stdout
+    answer = json.loads(done.stdout)
+    assert answer["status"] == "could_not_check"
+    results = {c["name"]: c["result"] for c in answer["checks"]}
+    assert results["signature"] == results["checkpoint_signature"] == "could_not_check"
+    assert results["hash"] == results["log_inclusion"] == "pass"
+    assert "--key" in done.stderr
+    # ...but a corrupted receipt is invalid whether or not a key can be had.
+    corrupted = load("invalid/plain--wrong-hash.json")
+    corrupted["signature"]["keys_url"] = verification["signature"]["keys_url"]
+    path.write_text(json.dumps(corrupted))
+    assert run(str(path)).returncode == 1
+
+
+@pytest.mark.parametrize("key", ["not-a-key", "AAAA", "/nonexistent/keys.json"])
+def test_an_unusable_key_cannot_check(key: str) -> None:
+    done = run(str(VECTORS / "valid/plain.json"), "--key", key)
+    assert done.returncode == 2
+    assert "could not check" in done.stdout.lower()
+
+
+def test_a_target_that_is_not_a_receipt_cannot_check(tmp_path: Path) -> None:
+    assert run(str(tmp_path / "missing.json"), "--key", fresh_x()).returncode == 2
+    (tmp_path / "other.json").write_text('{"hello": "world"}')
+    assert run(str(tmp_path / "other.json"), "--key", fresh_x()).returncode == 2
+
+
+# --- RFC 8785 --------------------------------------------------------------------------------
+
+
+def test_rfc8785_numbers_follow_ecmascript() -> None:
+    """The examples of RFC 8785 Appendix B and §3.2.2.3."""
+    cases = [
+        (0.0, "0"),
+        (-0.0, "0"),
+        (1e21, "1e+21"),
+        (1e-7, "1e-7"),
+        (5e-324, "5e-324"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (9007199254740992.0, "9007199254740992"),
+        (295147905179352830000.0, "295147905179352830000"),
+        (333333333.3333333, "333333333.3333333"),
+        (0.000001, "0.000001"),
+        (1e23, "1e+23"),
+        (4.5, "4.5"),
+        (2e-3, "0.002"),
+        (0.000001234, "0.000001234"),
+        (1.5e-7, "1.5e-7"),
+        (100.0, "100"),
+        (-1.5, "-1.5"),
+        (123456789012345680000.0, "123456789012345680000"),
+    ]
+    for value, text in cases:
+        assert jcs(value) == text, value
+    for bad in (math.nan, math.inf, 2**53):
+        with pytest.raises(ValueError):
+            jcs(bad)
+
+
+def test_rfc8785_sorts_keys_by_utf16_code_units_and_escapes_minimally() -> None:
+    # RFC 8785 §3.2.3: a code point sort would put U+FB33 before the emoji.
+    doc = {"\u20ac": 1, "\r": 2, "\ufb33": 3, "1": 4, "\U0001f600": 5, "\u0080": 6, "\u00f6": 7}
+    assert jcs(doc) == '{"\\r":2,"1":4,"\u0080":6,"\u00f6":7,"\u20ac":1,"\U0001f600":5,"\ufb33":3}'
+    assert jcs('a"b\\c\x01\x1f\u007f\u2028/') == '"a\\"b\\\\c\\u0001\\u001f\u007f\u2028/"'
+    with pytest.raises(ValueError):
+        jcs("\ud800")
+
+
+def test_rfc8785_agrees_with_the_reference_implementation() -> None:
+    """Cross-checked against the `rfc8785` package (the site's dependency, used here only as
+    an outside reference; the client does not import it)."""
+    rfc8785 = pytest.importorskip("rfc8785")
+    import random
+
+    rng = random.Random(8785)
+
+    def value(depth: int) -> Any:
+        kind = rng.randrange(8 if depth < 3 else 5)
+        if kind == 0:
+            return rng.choice([None, True, False])
+        if kind == 1:
+            return rng.randint(-(2**53) + 1, 2**53 - 1)
+        if kind == 2:
+            return rng.choice(
+                [
+                    rng.uniform(-1e6, 1e6),
+                    rng.random() * 10 ** rng.randint(-30, 30),
+                    float(rng.randint(-(10**6), 10**6)),
+                ]
+            )
+        if kind in (3, 4):
+            return "".join(
+                chr(
+                    rng.choice(
+                        [
+                            rng.randrange(0x20, 0x7F),
+                            rng.randrange(0, 0x20),
+                            rng.randrange(0xA0, 0xD7FF),
+                            rng.randrange(0x10000, 0x10FFFF),
+                        ]
+                    )
+                )
+                for _ in range(rng.randrange(6))
+            )
+        if kind == 5:
+            return [value(depth + 1) for _ in range(rng.randrange(4))]
+        return {
+            str(value(9)) if rng.random() < 0.3 else f"k{rng.randrange(99)}": value(depth + 1)
+            for _ in range(rng.randrange(5))
+        }
+
+    for _ in range(2000):
+        doc = value(0)
+        assert jcs(doc).encode("utf-8") == rfc8785.dumps(doc), doc
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a":1, "b":2}',
+        b'{"b":1,"a":2}',
+        b'{"a":1,"a":1}',
+        b'{"a":1.0}',
+        b'{"a":1e3}',
+        b'{"a":9007199254740993}',
+        b'{"a":NaN}',
+        b'\xef\xbb\xbf{"a":1}',
+        b'{"a":"\\u0041"}',
+        b'{"a":"\xff"}',
+        b"[1,2]\n",
+        '"\u00e9"'.encode("utf-16-le"),
+        b'{"a":"\\ud800"}',
+        b'{"a":-0}',
+    ],
+)
+def test_non_canonical_bytes_are_told_apart(data: bytes) -> None:
+    assert canonical_form_problem(data) is not None
+
+
+def test_canonical_bytes_pass() -> None:
+    for data in (b'{"a":1,"b":[true,null,"\xc3\xa9"]}', b'{"\\r":2,"1":4}', b"[]", b"0"):
+        assert canonical_form_problem(data) is None, data
+
+
+def test_the_thumbprint_is_rfc7638() -> None:
+    # The key and kid of the receipt contract's own example.
+    raw = base64.urlsafe_b64decode("lWF9BfGUebsmDsCzDuFQJIwqIQuSOAmkOV0G2yHELyM=")
+    assert jwk_thumbprint(raw) == "zTkoJZ-PxYISqNE_rYhLCU8YyKxtdZTnYkZ1V0EVST0"
+
+
+def test_the_verifier_imports_nothing_but_the_standard_library_and_cryptography() -> None:
+    code = (
+        "import sys, receiptsite_client.verify; "
+        "print('\\n'.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    done = subprocess.run(
+        [str(PYTHON), "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    # (The editable installs' path hooks and cryptography's own OpenSSL binding, `_openssl`,
+    # are loaded by the interpreter and by cryptography, not imported by the verifier.)
+    loaded = {m for m in done.stdout.split() if not m.startswith("__editable__")}
+    outside = (
+        loaded
+        - set(sys.stdlib_module_names)
+        - {"cryptography", "_cffi_backend", "_openssl", "receiptsite_client", "__main__"}
+    )
+    assert outside == set(), outside
+    assert "cryptography" in loaded
+
+
+# --- a live site ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[dict[str, Any]]:
+    from tests.examples import EXAMPLE_BODY
+    from tests.live import LiveSite
+
+    with LiveSite(workers=2) as site:
+        answer = site.post("/api/receipts", {**EXAMPLE_BODY, "idempotency_key": "verify-live"})
+        assert answer.status == 201, answer
+        keys = site.get("/.well-known/receipt-keys.json").json()
+        yield {"site": site, "receipt": answer.json(), "keys": keys}
+
+
+@pytest.mark.live
+def test_a_receipt_link_verifies_against_the_published_key(live: dict[str, Any]) -> None:
+    done = run(live["receipt"]["url"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Verdict: VALID" in done.stdout
+    assert "not independent of the site" in done.stdout
+    assert live["receipt"]["id"] in done.stdout
+
+
+@pytest.mark.live
+def test_a_verify_url_verifies_and_a_pinned_key_needs_no_trust(live: dict[str, Any]) -> None:
+    done = run(live["receipt"]["verify_url"], "--json")
+    assert done.returncode == 0, done.stdout
+    assert json.loads(done.stdout)["status"] == "valid"
+    x = live["keys"]["keys"][0]["x"]
+    pinned = run(live["receipt"]["url"], "--key", x)
+    assert pinned.returncode == 0, pinned.stdout
+    assert "not independent" not in pinned.stdout
+
+
+@pytest.mark.live
+def test_a_pinned_key_that_is_not_the_sites_is_invalid(
+    live: dict[str, Any], tmp_path: Path
+) -> None:
+    done = run(live["receipt"]["url"], "--key", fresh_x(), "--json")
+    assert done.returncode == 1, done.stdout
+    failed = [c["name"] for c in json.loads(done.stdout)["checks"] if c["result"] == "fail"]
+    assert failed == ["signature", "checkpoint_signature"]
+    # The same with another site's keys document in a file.
+    other = load("keys.json")
+    (tmp_path / "other-keys.json").write_text(json.dumps(other))
+    assert run(live["receipt"]["url"], "--key", str(tmp_path / "other-keys.json")).returncode == 1
+
+
+@pytest.mark.live
+def test_an_unknown_receipt_cannot_be_checked(live: dict[str, Any]) -> None:
+    done = run(f"{live['site'].url}/run/00000000-0000-4000-8000-000000000000")
+    assert done.returncode == 2
+    assert "404" in done.stdout
+
+
+@pytest.mark.live
+def test_with_the_site_stopped_only_a_saved_verification_and_a_pinned_key_work(
+    live: dict[str, Any], tmp_path: Path
+) -> None:
+    site = live["site"]
+    saved = tmp_path / "verify.json"
+    saved.write_text(site.get(f"/api/receipt/{live['receipt']['id']}/verify").text)
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps(live["keys"]))
+    assert run(str(saved)).returncode == 0  # the keys come from keys_url while it answers
+    site.stop()
+    try:
+        done = run(live["receipt"]["url"], timeout=90)
+        assert done.returncode == 2, done.stdout
+        assert "cannot reach" in done.stdout
+        assert run(live["receipt"]["url"], "--key", str(keys)).returncode == 2
+        assert run(str(saved)).returncode == 2  # no key: keys_url is down
+        assert run(str(saved), "--key", str(keys)).returncode == 0
+    finally:
+        site._serve()
+
+
+def test_a_withdrawn_receipt_is_no_evidence_but_its_place_in_the_log_still_checks() -> None:
+    """The 410 answer of a withdrawn receipt: no bytes, only the kept leaf hash and the log."""
+    import hashlib
+
+    valid = load("valid/linked.json")
+    leaf = hashlib.sha256(b"\x00" + base64.b64decode(valid["canonical_bytes"])).digest()
+    withdrawn = {
+        "receipt_id": valid["receipt_id"],
+        "status": "withdrawn",
+        "withdrawn_at": "2026-12-01T10:00:00.000000Z",
+        "reason": "personal_data",
+        "leaf_hash": base64.b64encode(leaf).decode(),
+        "log": valid["log"],
+    }
+    result = verify_verification(withdrawn, load("keys.json"), None)
+    assert result.status == "invalid"
+    assert {c.name: c.result for c in result.checks} == {
+        "withdrawn": "fail",
+        "log_inclusion": "pass",
+        "checkpoint": "pass",
+        "checkpoint_signature": "pass",
+    }
+    withdrawn["leaf_hash"] = base64.b64encode(bytes(32)).decode()
+    check = verify_verification(withdrawn, load("keys.json"), None).check("log_inclusion")
+    assert check is not None and check.result == "fail"
