@@ -145,6 +145,18 @@ class Response:
         return f"<Response {self.status} {self.content_type} {body!r}>"
 
 
+_static_collected: list[bool] = []
+
+
+def collect_static_once(site: LiveSite) -> None:
+    """The site runs with DEBUG off, so WhiteNoise serves the collected, hashed files (a page
+    is a 500 without their manifest): collected once per test process, before the first site
+    serves, whichever test starts it."""
+    if not _static_collected:
+        site.manage("collectstatic", "--noinput", "-v", "0")
+        _static_collected.append(True)
+
+
 @dataclass
 class LiveSite:
     """One gunicorn serving the site on a free loopback port, with a database of its own."""
@@ -207,6 +219,7 @@ class LiveSite:
             **self.env,
         }
         self.manage("migrate", "--noinput")
+        collect_static_once(self)
         self.api_key = self.add_tenant(self.tenant, self.tenant_name)
         self._serve()
 

@@ -566,7 +566,9 @@ def _outcome_from_output(tool: Tool, result: object) -> str:
     if not isinstance(result, str) or not isinstance(tool, FunctionTool):
         return "succeeded"
     try:
-        if result == default_tool_error_function(cast(Any, None), Exception()):
+        # The SDK's default failure message, whatever error it names (some releases add the
+        # error's text after this prefix, some do not).
+        if result.startswith(default_tool_error_function(cast(Any, None), Exception())):
             return "failed"
         timeout = tool.timeout_seconds
         if timeout and result == default_tool_timeout_error_message(

@@ -50,7 +50,11 @@ from tests.live import LiveSite
 QUESTION = "Where is order 42, and charge it."
 ANSWER = "Order 42 has shipped and its card was charged 1999 cents."
 CARD_ERROR = "card processor unavailable"
-SDK_ERROR_MESSAGE = agents.default_tool_error_function(None, Exception())  # type: ignore[arg-type]
+# What the SDK gives the model back for the failing tool (its default failure message).
+SDK_ERROR_MESSAGE = agents.default_tool_error_function(
+    None,  # type: ignore[arg-type]
+    RuntimeError(CARD_ERROR),
+)
 
 LOOKUP_ARGS = {"order_id": "42"}
 CHARGE_ARGS = {"order_id": "42", "cents": 1999}
