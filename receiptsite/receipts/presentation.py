@@ -107,6 +107,17 @@ def page_checks(verification: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def readable_document(receipt: Receipt) -> dict[str, Any]:
+    """The evidence document, or nothing when the stored bytes are no JSON object any more
+    (changed behind the site's back): the page then shows its warning with what it has,
+    never an error page."""
+    try:
+        doc = receipt.document()
+    except ValueError:  # not UTF-8, or not JSON
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def follow_up_line(receipt: Receipt, *, show_follow_up: bool) -> str:
     """The hand-off's follow-up: the latest decision's note, for auditors only. Decisions are
     internal: everyone else learns only whether a follow-up exists."""
@@ -120,7 +131,9 @@ def follow_up_line(receipt: Receipt, *, show_follow_up: bool) -> str:
 
 def receipt_handoff(receipt: Receipt, *, show_follow_up: bool) -> str:
     return handoff_block(
-        receipt.document(), receipt.url, follow_up_line(receipt, show_follow_up=show_follow_up)
+        readable_document(receipt),
+        receipt.url,
+        follow_up_line(receipt, show_follow_up=show_follow_up),
     )
 
 
@@ -150,7 +163,7 @@ def _linked(receipt: Receipt, links: dict[str, Any]) -> tuple[Any, list[dict[str
 def page_context(
     receipt: Receipt, verification: dict[str, Any] | None, *, show_follow_up: bool = False
 ) -> dict[str, Any]:
-    doc = receipt.document()
+    doc = readable_document(receipt)
     subject = doc.get("subject", {})
     outcome = doc.get("outcome")
     label, icon, tone = OUTCOME_WORDS.get(outcome, OUTCOME_WORDS["uncertain"])
