@@ -24,8 +24,12 @@ one line naming it, and the workers, forked from the master, inherit exactly wha
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import uuid
+from typing import Any
 
+import gunicorn.util
 from django.core.exceptions import ImproperlyConfigured
 
 from receiptsite.config import stop_line
@@ -128,8 +132,57 @@ control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
 if os.environ.get("GUNICORN_CONTROL_SOCKET"):
     control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
 
-# Request size limits stay gunicorn's defaults (4094-byte request line, 100 headers); bodies
-# are bounded by the site itself (RECEIPT_MAX_BYTES, BATCH_MAX_BYTES).
+# --- requests gunicorn refuses itself ---------------------------------------------------------
+
+# The request line (method, path and query string, version) may be up to 8190 bytes, gunicorn's
+# maximum (its default is 4094); headers stay at gunicorn's defaults (100 of them, 8190 bytes
+# each). Bodies are bounded by the site itself (RECEIPT_MAX_BYTES, BATCH_MAX_BYTES).
+limit_request_line = 8190
+
+# A request gunicorn cannot accept (a request line over that limit: 414; too many or too large
+# headers: 431; a request that is not HTTP: 400) is answered by gunicorn before the site sees it,
+# with an HTML page of its own. Every error of the site's API is problem+json, and at this
+# point nobody knows which route was meant; so gunicorn's one writer of those pages
+# (gunicorn.util.write_error, called as util.write_error by its workers, the same from
+# gunicorn 23 to 27) is replaced here, in the master, before any worker forks: every such
+# answer is problem+json, whatever the path. tests/test_http_edges.py checks it live.
+_PROBLEMS = {
+    400: ("bad-request", "Bad request"),
+    403: ("forbidden", "Forbidden"),
+    414: ("uri-too-long", "The request line is too long"),
+    417: ("expectation-failed", "Expectation failed"),
+    431: ("request-header-fields-too-large", "The request headers are too large"),
+    501: ("not-implemented", "Not implemented"),
+}
+
+
+def _write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    slug, title = _PROBLEMS.get(status_int, ("server-error", "Server error"))
+    if status_int == 414:
+        detail = f"The request line (method, path and query) is over {limit_request_line} bytes."
+    else:
+        detail = mesg or reason
+    body = json.dumps(
+        {
+            "type": f"{site.SITE_URL}/problems/{slug}",
+            "title": title,
+            "status": status_int,
+            "detail": detail,
+        },
+        ensure_ascii=False,
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\n"
+        "Connection: close\r\n"
+        "Content-Type: application/problem+json\r\n"
+        "X-Content-Type-Options: nosniff\r\n"
+        f"X-Request-ID: {uuid.uuid4().hex}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    gunicorn.util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+gunicorn.util.write_error = _write_problem
 
 # --- logs ---------------------------------------------------------------------------------------
 
@@ -138,11 +191,13 @@ if os.environ.get("GUNICORN_CONTROL_SOCKET"):
 # log (every request line, with the path and the Referer, which is often a receipt page) and the
 # error log ("Error handling request /run/<id>"). A receipt link is a capability, so their
 # handlers, like Django's, pass receiptsite.logconfig.MaskCapabilityURLs, which cuts every UUID
-# in a line to its first 8 hex digits. The access log goes to stdout, everything else to
-# stderr.
+# in a line to its first 8 hex digits (and an API key to its prefix). Every line is one JSON
+# object with the request id; the access log goes to stdout, everything else to stderr.
 loglevel = site.LOG_LEVEL.lower()
 accesslog = None  # the access handler comes from logconfig_dict, with the filter
-# The access line: client, time, request line, status, size, duration in microseconds, referer,
-# user agent.
+# The access line's `message`: client, time, request line, status, size, duration in
+# microseconds, referer, user agent. The JSON line around it (receiptsite.logconfig) adds the
+# method, the masked path, the status, the duration in ms and the request id as fields of their
+# own.
 access_log_format = '%(h)s %(t)s "%(r)s" %(s)s %(b)s %(D)sus "%(f)s" "%(a)s"'
 logconfig_dict = site.LOGGING

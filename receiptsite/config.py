@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.exceptions import ImproperlyConfigured
@@ -100,6 +101,50 @@ def rate_limits(text: str) -> RateLimits | None:
             )
         limits[name] = (burst, rate)
     return limits
+
+
+# --- REDIS_URL -----------------------------------------------------------------------------
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def redis_url(text: str) -> str | None:
+    """`redis://[:password@]host[:port][/db]`, `rediss://...` (TLS) or `unix:///path/to.sock`
+    (`?db=N`), checked as redis-py will read it; None when empty (the database is used)."""
+    url = text.strip()
+    if not url:
+        return None
+    usage = "must be redis://host:port/db, rediss://... or unix:///path/to.sock"
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - reading it checks it
+        from redis.connection import parse_url
+
+        parse_url(url)
+    except (ValueError, TypeError) as error:
+        raise ConfigurationError(
+            "REDIS_URL", f"{usage}, not {_redacted(url)!r} ({error})"
+        ) from None
+    if parts.scheme not in REDIS_SCHEMES or not (parts.hostname or parts.path):
+        raise ConfigurationError("REDIS_URL", f"{usage}, not {_redacted(url)!r}")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigurationError("REDIS_URL", f"{usage}, not {_redacted(url)!r} (no host)")
+    if parts.scheme != "unix" and not parts.path.strip("/").isdigit() and parts.path.strip("/"):
+        # redis-py would quietly use database 0 instead.
+        raise ConfigurationError(
+            "REDIS_URL", f"{usage}, not {_redacted(url)!r} (the database is a number)"
+        )
+    return url
+
+
+def _redacted(url: str) -> str:
+    # The one line goes to logs: never the password.
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")[2]
+    user = f"{parts.username}:" if parts.username else ":"
+    return urlunsplit(parts._replace(netloc=f"{user}***@{netloc}"))
 
 
 # --- LOG_LEVEL -----------------------------------------------------------------------------

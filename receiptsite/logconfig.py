@@ -1,33 +1,92 @@
 """The site's one logging configuration, shared by Django (settings.LOGGING) and gunicorn
-(gunicorn.conf.py's logconfig_dict), and the filter that keeps capability URLs out of it.
+(gunicorn.conf.py's logconfig_dict): one JSON object per line, with capabilities and
+credentials cut out.
 
 A receipt link is a capability: whoever holds it can read the receipt. So no log line may hold
 a receipt id in full: Django's "Not Found: /run/<id>" warnings, the development server's and
-gunicorn's access lines and gunicorn's "Error handling request /run/<id>" included. Every
-handler below passes MaskCapabilityURLs, which cuts every UUID in a line to its first 8 hex
-digits.
+gunicorn's access lines and gunicorn's "Error handling request /run/<id>" included, and however
+the id was spelt in the request (any case, with its hyphens written `%2D`, its digits
+percent-encoded: Django decodes the path before routing, so each of these is served). An API
+key is a credential: it is cut to its public prefix, and the Authorization header is never
+logged. Every handler below passes MaskCapabilityURLs, and JSONFormatter masks the whole line
+once more, exception text included.
 
-Events go to stderr and gunicorn's access lines to stdout, one line each, so that the process
-supervisor (systemd, a container runtime) collects them; no log files to rotate.
+Each line is one JSON object: `time` (UTC, RFC 3339), `level`, `logger`, `pid`, `message`, and
+`request_id` when a request is being served (RequestIDMiddleware sets it in `request_id`, a
+context variable; an access line takes it from the response's X-Request-ID header, since
+gunicorn logs after the answer). Access lines add `method`, `path` (masked), `status` and
+`duration_ms`. Events go to stderr and gunicorn's access lines to stdout, one line each, so that
+the process supervisor (systemd, a container runtime) collects them; no log files to rotate.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from collections.abc import MutableMapping
+from contextvars import ContextVar
+from datetime import UTC, datetime
 from typing import Any
 
+# The request being served in this thread (set and reset by RequestIDMiddleware).
+request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+# One hex digit as a URL may spell it: itself, or percent-encoded (%30-%39, %41-%46, %61-%66).
+_HEX = r"(?:[0-9a-fA-F]|%3[0-9]|%[46][1-6])"
+# A UUID's separator: a hyphen, percent-encoded or not, or none at all.
+_SEP = r"(?:-|%2[dD])?"
 UUID_RE = re.compile(
-    r"([0-9a-fA-F]{8})-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+    rf"({_HEX}{{8}}){_SEP}{_HEX}{{4}}{_SEP}{_HEX}{{4}}{_SEP}{_HEX}{{4}}{_SEP}{_HEX}{{12}}"
 )
+# An API key: "rk_", its public prefix (12 hex digits), "_", its secret.
+API_KEY_RE = re.compile(r"\b(rk_[0-9a-fA-F]{12})_[A-Za-z0-9_-]+")
+# A bearer credential of any kind, wherever it might be quoted.
+BEARER_RE = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+")
+# The request ids the site makes itself (uuid4().hex): left whole in `request_id`, so that a
+# line can be matched with the X-Request-ID a client quotes. Any other id is masked like text.
+SITE_REQUEST_ID_RE = re.compile(r"[0-9a-f]{32}")
+# Request headers and environ entries gunicorn hands its access log as atoms: never kept.
+_SECRET_ATOM_RE = re.compile(r"(?i)authorization|cookie|api[-_]?key")
 
 
 def mask(text: str) -> str:
-    return UUID_RE.sub(r"\1-…", text)
+    text = UUID_RE.sub(r"\1-…", text)
+    text = API_KEY_RE.sub(r"\1_…", text)
+    return BEARER_RE.sub(r"\1 …", text)
+
+
+def _masked_request_id(value: object) -> str | None:
+    if not isinstance(value, str) or not value or value == "-":
+        return None
+    return value if SITE_REQUEST_ID_RE.fullmatch(value) else mask(value)
 
 
 class MaskCapabilityURLs(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
+        # Django's request logger puts the request on the record; handlers that format it
+        # (e.g. AdminEmailHandler) would print the path again. Its id is all we keep of it
+        # (Django logs a 4xx/5xx after the middleware has returned, so the context variable is
+        # already reset by then).
+        rid = getattr(record, "request_id", None)
+        request = getattr(record, "request", None)
+        if request is not None:
+            rid = rid or getattr(request, "request_id", None)
+            record.request = None
+        rid = rid or request_id.get()
+        args = record.args
+        if isinstance(args, MutableMapping):
+            # Gunicorn's access atoms: every request header and environ entry rides along.
+            if record.name == "gunicorn.access":
+                rid = args.get("{x-request-id}o") or rid
+            for key, value in args.items():
+                if _SECRET_ATOM_RE.search(str(key)):
+                    args[key] = "-"  # what gunicorn prints for an atom it does not have
+                elif isinstance(value, str):
+                    args[key] = mask(value)
+            if record.name == "gunicorn.access":
+                record.access = _access_fields(args)
+        record.request_id = rid
         try:
             message = record.getMessage()
         except Exception:  # a malformed record: leave it to the handler's own error path
@@ -35,11 +94,46 @@ class MaskCapabilityURLs(logging.Filter):
         masked = mask(message)
         if masked != message:
             record.msg, record.args = masked, None
-        # Django's request logger puts the request on the record; handlers that format it
-        # (e.g. AdminEmailHandler) would print the path again.
-        if hasattr(record, "request"):
-            record.request = None
         return True
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line (see the module's docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "pid": record.process,
+            "message": mask(record.getMessage()),
+        }
+        line.update(getattr(record, "access", None) or {})
+        if (rid := _masked_request_id(getattr(record, "request_id", None))) is not None:
+            line["request_id"] = rid
+        if record.exc_info:
+            line["exception"] = mask(self.formatException(record.exc_info))
+        elif record.exc_text:
+            line["exception"] = mask(record.exc_text)
+        if record.stack_info:
+            line["stack"] = mask(self.formatStack(record.stack_info))
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def _access_fields(atoms: MutableMapping[str, Any]) -> dict[str, Any]:
+    """The parts of gunicorn's access atoms a reader filters on."""
+    fields: dict[str, Any] = {
+        "method": atoms.get("m"),
+        "path": mask(str(atoms.get("U") or "")),
+    }
+    try:
+        fields["status"] = int(str(atoms.get("s")))
+    except ValueError:
+        fields["status"] = atoms.get("s")
+    duration = atoms.get("D")
+    if isinstance(duration, int):
+        fields["duration_ms"] = round(duration / 1000, 3)
+    return fields
 
 
 def logging_config(level: str) -> dict[str, Any]:
@@ -49,16 +143,10 @@ def logging_config(level: str) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "filters": {"capability_urls": {"()": "receiptsite.logconfig.MaskCapabilityURLs"}},
-        "formatters": {
-            "generic": {
-                "format": "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s",
-                "datefmt": "[%Y-%m-%d %H:%M:%S %z]",
-            },
-            "access": {"format": "%(message)s"},
-        },
+        "formatters": {"json": {"()": "receiptsite.logconfig.JSONFormatter"}},
         "handlers": {
-            "console": {**masked, "formatter": "generic", "stream": "ext://sys.stderr"},
-            "access": {**masked, "formatter": "access", "stream": "ext://sys.stdout"},
+            "console": {**masked, "formatter": "json", "stream": "ext://sys.stderr"},
+            "access": {**masked, "formatter": "json", "stream": "ext://sys.stdout"},
         },
         "root": {"handlers": ["console"], "level": level},
         # Django's and gunicorn's own loggers come with handlers of their own (Django's

@@ -13,6 +13,7 @@ from django.utils import translation
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import get_supported_language_variant
 
+from receiptsite import logconfig
 from receiptsite.problems import problem
 
 logger = logging.getLogger(__name__)
@@ -21,7 +22,8 @@ REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 class RequestIDMiddleware:
-    """Echo a well-formed incoming X-Request-ID, or make one; set it on every response."""
+    """Echo a well-formed incoming X-Request-ID, or make one; set it on every response, and on
+    every log line written while the request is served (logconfig.request_id)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -30,7 +32,12 @@ class RequestIDMiddleware:
         incoming = request.headers.get("X-Request-ID", "")
         request_id = incoming if REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
         request.request_id = request_id  # type: ignore[attr-defined]
-        response = self.get_response(request)
+        token = logconfig.request_id.set(request_id)
+        try:
+            response = self.get_response(request)
+        finally:
+            # A worker serves request after request: the next line must not carry this id.
+            logconfig.request_id.reset(token)
         response["X-Request-ID"] = request_id
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         return response
@@ -78,4 +85,52 @@ class QueryLanguageMiddleware:
                 request.LANGUAGE_CODE = code
         response = self.get_response(request)
         patch_vary_headers(response, ("Accept-Language",))
+        return response
+
+
+# Powerful features the site never uses, refused to its own pages and to anything they embed.
+# Only names Chromium and Firefox know (an unknown one is a console error); the clipboard is
+# left alone, since the page's "copy" buttons write to it.
+PERMISSIONS_POLICY = ", ".join(
+    f"{feature}=()"
+    for feature in (
+        "accelerometer",
+        "autoplay",
+        "camera",
+        "display-capture",
+        "encrypted-media",
+        "fullscreen",
+        "geolocation",
+        "gyroscope",
+        "hid",
+        "idle-detection",
+        "magnetometer",
+        "microphone",
+        "midi",
+        "payment",
+        "picture-in-picture",
+        "publickey-credentials-get",
+        "screen-wake-lock",
+        "serial",
+        "usb",
+        "xr-spatial-tracking",
+    )
+)
+
+
+class ResourcePolicyMiddleware:
+    """Cross-Origin-Resource-Policy and Permissions-Policy on every response, static files and
+    error pages included.
+
+    CORP is same-origin everywhere, the public JSON routes too: it only governs no-cors loads
+    (an <img> or <script> on another site), never a CORS fetch(), so a verifier on another
+    site still reads them through their `Access-Control-Allow-Origin: *`."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        response.headers.setdefault("Cross-Origin-Resource-Policy", "same-origin")
+        response.headers.setdefault("Permissions-Policy", PERMISSIONS_POLICY)
         return response

@@ -11,6 +11,7 @@ stop with one line naming it. Nothing read here is read again later.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -111,12 +112,14 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",
     "receiptsite.receipts",
 ]
 
 MIDDLEWARE = [
     "receiptsite.middleware.RequestIDMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "receiptsite.middleware.ResourcePolicyMiddleware",
     # Before WhiteNoise, so that static files carry the CSP too (every response does).
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -130,6 +133,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "receiptsite.middleware.DatabaseUnavailableMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "receiptsite.urls"
@@ -150,6 +155,26 @@ TEMPLATES = [
         },
     },
 ]
+
+# The admin's sign-in is throttled by django-axes (README, "Deploying ..."): 5 wrong passwords
+# for one account, or from one client address, lock that account, or that address, out for 15
+# minutes. Attempts are counted in the database, so every worker and host sees the same count.
+# AxesStandaloneBackend only counts and refuses; ModelBackend still checks the password.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the pair
+AXES_RESET_ON_SUCCESS = True
+# The client address as the rate limits see it: X-Forwarded-For only from TRUSTED_PROXIES.
+AXES_CLIENT_IP_CALLABLE = "receiptsite.receipts.http.client_address"
+AXES_LOCKOUT_TEMPLATE = "lockout.html"
+# Log lines name the account and the address (an operator needs both); the password is always
+# masked by django-axes, and never stored either.
+AXES_SENSITIVE_PARAMETERS: list[str] = []
+AXES_VERBOSE = False  # log lines hold the lockout parameters only, and no line at start
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -197,7 +222,17 @@ SECURE_CSP = {
 SECURE_PROXY_SSL_HEADER = (
     ("HTTP_X_FORWARDED_PROTO", "https") if os.environ.get("TRUSTED_PROXIES") else None
 )
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _site.scheme == "https"
+# A site whose SITE_URL is https is served over TLS only: browsers remember it for a year
+# (HSTS), and a plain-http request is redirected to https. The redirect needs the proxy's
+# X-Forwarded-Proto to tell the two apart, so it is on only with TRUSTED_PROXIES (without, a
+# request over TLS would look plain and be redirected to itself; `check --deploy` says so).
+# /healthz stays plain, for a proxy's or orchestrator's health check on the private port.
+_https = _site.scheme == "https"
+SECURE_HSTS_SECONDS = 31536000 if _https else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = _https
+SECURE_SSL_REDIRECT = _https and bool(os.environ.get("TRUSTED_PROXIES"))
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _https
 SESSION_COOKIE_HTTPONLY = True
 CSRF_TRUSTED_ORIGINS = [f"{_site.scheme}://{_site.netloc}"]
 
@@ -214,7 +249,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = BATCH_MAX_BYTES
 RATE_LIMITS = config.rate_limits(env("RATE_LIMITS", "on"))
 TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# REDIS_URL: optional. The rate limits' buckets (receipts/ratelimit.py), shared by every worker
+# and host, live in the database; with REDIS_URL, in Redis, and so does Django's cache.
+REDIS_URL = config.redis_url(env("REDIS_URL"))
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
 
 # One configuration for Django and gunicorn (gunicorn.conf.py uses these two names too).
 LOG_LEVEL = config.log_level(env("LOG_LEVEL", "info"))

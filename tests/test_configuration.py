@@ -7,6 +7,7 @@ with an environment of its own (the suite's variables removed, see tests/live.py
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -17,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from receiptsite.config import ConfigurationError, log_level, rate_limits
+from receiptsite.config import ConfigurationError, log_level, rate_limits, redis_url
 from receiptsite.integrity.keys import generate_private_key_pem
 from tests.live import GUNICORN, PYTHON, REPO, SITE_VARIABLES, LiveSite, free_port
 
@@ -65,6 +66,9 @@ BAD = [
     ("RATE_LIMITS", "ingest=100/0", "positive"),
     ("RATE_LIMITS", "reads=30/5", "reads=30/5"),
     ("RATE_LIMITS", "sometimes", "must be off, on"),
+    ("REDIS_URL", "localhost:6379", "must be redis://host:port/db"),
+    ("REDIS_URL", "redis://cache:port/0", "could not be cast to integer"),
+    ("REDIS_URL", "redis://:s3cret@cache:6379/zero", "'redis://:***@cache:6379/zero'"),
     ("LOG_LEVEL", "loud", "must be one of debug, info"),
     ("SIGNING_KEY_FILE", "{folder}/missing.pem", "does not exist"),
     ("SIGNING_KEY_FILE", "{folder}", "cannot be read"),  # a directory
@@ -152,11 +156,13 @@ def test_log_level_info_serves_under_gunicorn_with_one_logging_configuration() -
             time.sleep(0.1)
         stdout, stderr = site.stdout(), site.stderr()
     # gunicorn's access line (stdout) and Django's "Not Found" warning (stderr) share the one
-    # format and the one mask.
+    # format (a JSON object per line) and the one mask.
     assert f"GET /run/{missing[:8]}-\u2026" in stdout, stdout
     assert missing not in stdout + stderr
-    assert "[INFO] gunicorn.error: Booting worker" in stderr, stderr
-    assert f"[WARNING] django.request: Not Found: /run/{missing[:8]}-\u2026" in stderr, stderr
+    events = [json.loads(line) for line in stderr.splitlines()]
+    said = {(e["level"], e["logger"], e["message"].split(" with pid")[0]) for e in events}
+    assert ("INFO", "gunicorn.error", "Booting worker") in said, stderr
+    assert ("WARNING", "django.request", f"Not Found: /run/{missing[:8]}-\u2026") in said, stderr
 
 
 # --- the parsers themselves ------------------------------------------------------------------
@@ -172,6 +178,20 @@ def test_rate_limits_are_parsed_into_numbers() -> None:
                 "ingest=1/inf", "ingest=nan/1", "write=1/1", "ingest=1/1,", "on,off"]:
         with pytest.raises(ConfigurationError, match="^RATE_LIMITS "):
             rate_limits(bad)
+
+
+def test_redis_url_is_checked_as_redis_py_reads_it() -> None:
+    assert redis_url("") is None and redis_url("  ") is None
+    for good in ["redis://127.0.0.1:6379/0", "redis://cache", "rediss://:pw@cache:6380/2",
+                 "unix:///run/redis/redis.sock", "unix:///run/redis.sock?db=1"]:
+        assert redis_url(f" {good} ") == good
+    for bad in ["localhost:6379", "http://cache:6379", "redis://", "unix://", "redis://c:x/0",
+                "redis://cache/zero", "unix:///s.sock?db=one", "redis://c/0?socket_timeout=no"]:
+        with pytest.raises(ConfigurationError, match="^REDIS_URL "):
+            redis_url(bad)
+    with pytest.raises(ConfigurationError) as caught:
+        redis_url("redis://user:s3cret@cache:nope/0")
+    assert "s3cret" not in str(caught.value) and "user:***@cache:nope" in str(caught.value)
 
 
 def test_log_levels_are_read_in_any_case() -> None:

@@ -58,22 +58,42 @@ def read_json(request: HttpRequest, limit: int) -> object:
             "The body must be JSON",
             "Send the body as `Content-Type: application/json` (UTF-8).",
         )
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
-    if declared > limit:
-        raise _too_big(limit)
-    try:
-        body = request.body
-    except RequestDataTooBig:
-        raise _too_big(limit) from None
+    if not request.META.get("CONTENT_LENGTH") and request.META.get("wsgi.input_terminated"):
+        # A body without Content-Length (`Transfer-Encoding: chunked`): Django reads
+        # CONTENT_LENGTH bytes only, so it would see none. The server (gunicorn) ends the
+        # stream where the body ends; read at most one byte past the limit, so that an
+        # oversize body is refused without being read whole.
+        body = _read_to_end(request.META["wsgi.input"], limit + 1)
+    else:
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            raise _too_big(limit)
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise _too_big(limit) from None
     if len(body) > limit:
         raise _too_big(limit)
     try:
         return parse_json(body)
     except BadJSON as error:
         raise Problem(400, "malformed-json", "The body is not valid JSON", error.message) from None
+
+
+def _read_to_end(stream: Any, most: int) -> bytes:
+    """Up to `most` bytes of a WSGI input stream that the server terminates."""
+    chunks: list[bytes] = []
+    left = most
+    while left > 0:
+        chunk = stream.read(min(left, 64 * 1024))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 # --- storing receipts ----------------------------------------------------------------------

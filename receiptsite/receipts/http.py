@@ -8,17 +8,17 @@ the order decorators happen to be stacked in.
 from __future__ import annotations
 
 import functools
-import time
+import math
 import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
 from django.conf import settings
-from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from receiptsite.problems import Problem
+from receiptsite.receipts import ratelimit
 from receiptsite.receipts.models import ApiKey
 
 View = Callable[..., HttpResponse]
@@ -138,7 +138,7 @@ def api_route(
     return decorator
 
 
-# --- rate limits: token buckets in the cache -------------------------------------------------
+# --- rate limits: token buckets shared by every worker and host (receipts/ratelimit.py) ------
 
 def _limits() -> dict[str, tuple[float, float]] | None:
     # Parsed and checked once, at start (receiptsite.config.rate_limits); None is off.
@@ -157,17 +157,19 @@ def client_address(request: HttpRequest) -> str:
     return address
 
 
-def throttle(scope: str, who: str, cost: int = 1) -> None:
+def throttle(scope: str, who: str, cost: int = 1, now: float | None = None) -> None:
     """Take `cost` tokens from `who`'s bucket in `scope`; Problem 429 when there are too few.
-    A cost above the burst is charged as the whole burst, so it can pass once full."""
+    A cost above the burst is charged as the whole burst, so it can pass once full. `now`
+    (seconds since the epoch) is for tests."""
     limits = _limits()
-    if limits is None or scope not in limits:
+    if limits is None or scope not in limits or cost <= 0:
         return
     burst, rate = limits[scope]
-    wait = _take(f"rl:{scope}:{who}", burst, rate, min(float(cost), burst))
+    key = ratelimit.bucket_key(scope, who)
+    wait = ratelimit.take(key, burst, rate, min(float(cost), burst), now)
     if wait <= 0:
         return
-    seconds = int(wait) + 1
+    seconds = max(1, math.ceil(wait))
     raise Problem(
         429,
         "rate-limited",
@@ -193,15 +195,3 @@ def rate_limited(scope: str) -> Callable[[View], View]:
 
     return decorator
 
-
-def _take(key: str, burst: float, rate: float, cost: float) -> float:
-    """Take `cost` tokens; return 0 when allowed, else the seconds until enough are free."""
-    now = time.monotonic()
-    tokens, stamp = cache.get(key, (burst, now))
-    tokens = min(burst, tokens + (now - stamp) * rate)
-    timeout = int(burst / rate) + 60
-    if tokens < cost:
-        cache.set(key, (tokens, now), timeout=timeout)
-        return (cost - tokens) / rate
-    cache.set(key, (tokens - cost, now), timeout=timeout)
-    return 0.0

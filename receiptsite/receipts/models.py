@@ -309,3 +309,15 @@ class ReviewDecision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_conclusion_display()} by {self.reviewer} at {self.reviewed_at:%Y-%m-%d}"
+
+
+class RateBucket(models.Model):
+    """A rate limit's token bucket, shared by every worker and host (receipts/ratelimit.py).
+    Not a record: each take rewrites its row, and full buckets are deleted."""
+
+    name = models.CharField(max_length=100, primary_key=True)  # scope:key prefix or address
+    tokens = models.FloatField()
+    stamp = models.FloatField()  # seconds since the epoch of the last take
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.tokens:g} tokens"

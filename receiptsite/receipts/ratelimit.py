@@ -1,0 +1,161 @@
+"""Token buckets that every worker and every host of the site share.
+
+A bucket holds up to `burst` tokens and refills at `rate` tokens a second; a request takes
+`cost` of them, or is refused and told how long to wait. Each take is one atomic step on the
+shared store, so several gunicorn workers and several hosts count against the same bucket:
+
+- in the database by default (the `RateBucket` table): one `INSERT ... ON CONFLICT DO UPDATE
+  ... WHERE` statement, which PostgreSQL runs under the row's lock and SQLite under its write
+  lock; a refused take updates nothing, and one more read says how long to wait;
+- in Redis when `REDIS_URL` is set: one Lua script, which Redis runs alone.
+
+Times are seconds since the epoch (`time.time()`) of the process taking, so that hosts agree;
+a clock behind the one that took last refills nothing, it never takes tokens back.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import F, Value
+
+from receiptsite.receipts.models import RateBucket
+
+logger = logging.getLogger(__name__)
+
+# Every this many takes, a process deletes the database buckets that have refilled to the
+# brim: they hold nothing a new bucket would not, and the table stays as small as the set of
+# clients seen lately.
+PRUNE_EVERY = 1000
+_takes = 0
+
+
+def bucket_key(scope: str, who: str) -> str:
+    """The bucket's name: the scope and the API key prefix or client address (hashed when
+    long, so that a strange forwarded address cannot make a strange key)."""
+    if len(who) > 64:
+        who = "sha256:" + hashlib.sha256(who.encode()).hexdigest()
+    return f"{scope}:{who}"
+
+
+def take(key: str, burst: float, rate: float, cost: float, now: float | None = None) -> float:
+    """Take `cost` tokens (at most `burst`) from bucket `key`; 0 when allowed, else the
+    seconds until enough tokens are back. `now` is for tests; the default is the clock."""
+    now = time.time() if now is None else now
+    if settings.REDIS_URL:
+        return _take_redis(settings.REDIS_URL, key, burst, rate, cost, now)
+    return _take_database(key, burst, rate, cost, now)
+
+
+# --- the database ----------------------------------------------------------------------------
+
+# The tokens a bucket holds now: what it held, plus the refill since its stamp, capped.
+_REFILLED = "{least}(%(burst)s, {table}.tokens + {greatest}(0, %(now)s - {table}.stamp) * %(rate)s)"
+
+_TAKE = """
+INSERT INTO {table} (name, tokens, stamp) VALUES (%(key)s, %(burst)s - %(cost)s, %(now)s)
+ON CONFLICT (name) DO UPDATE
+SET tokens = {refilled} - %(cost)s, stamp = {greatest}({table}.stamp, %(now)s)
+WHERE {refilled} >= %(cost)s
+RETURNING tokens
+"""
+
+
+@functools.cache
+def _statements(vendor: str) -> tuple[str, str]:
+    # SQLite's two-argument min() and max() are PostgreSQL's LEAST and GREATEST.
+    least, greatest = ("min", "max") if vendor == "sqlite" else ("LEAST", "GREATEST")
+    table = RateBucket._meta.db_table
+    refilled = _REFILLED.format(least=least, greatest=greatest, table=table)
+    take = _TAKE.format(table=table, refilled=refilled, greatest=greatest)
+    read = f"SELECT {refilled} FROM {table} WHERE name = %(key)s"
+    return take, read
+
+
+def _take_database(key: str, burst: float, rate: float, cost: float, now: float) -> float:
+    global _takes
+    take, read = _statements(connection.vendor)
+    params: dict[str, str | float] = {
+        "key": key, "burst": burst, "rate": rate, "cost": cost, "now": now
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(take, params)
+        if cursor.fetchone() is not None:
+            wait = 0.0
+        else:
+            # Refused: nothing was written. The wait is read after the fact, so another take
+            # in between may make it a little short; the client then waits once more.
+            cursor.execute(read, params)
+            row = cursor.fetchone()
+            tokens = float(row[0]) if row is not None else burst
+            wait = max((cost - tokens) / rate, 1e-6)
+    _takes += 1
+    if _takes % PRUNE_EVERY == 0:
+        prune(now)
+    return wait
+
+
+def prune(now: float | None = None) -> int:
+    """Delete the database buckets that are full again; the number deleted."""
+    now = time.time() if now is None else now
+    limits: dict[str, tuple[float, float]] = settings.RATE_LIMITS or {}
+    deleted = 0
+    for scope, (burst, rate) in limits.items():
+        refilled = F("tokens") + (Value(now) - F("stamp")) * Value(rate)
+        deleted += (
+            RateBucket.objects.filter(name__startswith=f"{scope}:")
+            .alias(refilled=refilled)
+            .filter(refilled__gte=burst)
+            .delete()[0]
+        )
+    return deleted
+
+
+# --- Redis -----------------------------------------------------------------------------------
+
+# KEYS[1] the bucket; ARGV burst, rate, cost, now. Returns the wait, as a string (a Lua number
+# would come back as an integer). The bucket expires once it would be full again anyway.
+_LUA = """
+local burst, rate, cost, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
+    tonumber(ARGV[4])
+local held = redis.call('HMGET', KEYS[1], 'tokens', 'stamp')
+local tokens, stamp = tonumber(held[1]) or burst, tonumber(held[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - stamp) * rate)
+if tokens < cost then
+    return tostring((cost - tokens) / rate)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens - cost), 'stamp',
+    tostring(math.max(now, stamp)))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return '0'
+"""
+
+
+@functools.cache
+def _redis_script(url: str) -> Any:
+    """One connection pool (and the registered script) per process and URL."""
+    import redis
+
+    timeout = float(settings.DATABASE_TIMEOUT)
+    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    return client.register_script(_LUA)
+
+
+def _take_redis(url: str, key: str, burst: float, rate: float, cost: float, now: float) -> float:
+    import redis
+
+    try:
+        answer = _redis_script(url)(keys=[f"receiptsite:rl:{key}"],
+                                    args=[repr(burst), repr(rate), repr(cost), repr(now)])
+    except redis.RedisError as error:
+        # A rate limit protects the site; it must not take the site down with Redis. The
+        # request passes, and the operator reads why in the log.
+        logger.error("rate limits are not applied: Redis did not answer (%s)", error)
+        return 0.0
+    return float(answer)
