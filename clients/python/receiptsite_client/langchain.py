@@ -56,7 +56,13 @@ from uuid import UUID
 import langchain_core
 from langchain_core.callbacks import BaseCallbackHandler
 
-from receiptsite_client.redaction import find_secrets
+from receiptsite_client._adapters import (
+    MAX_ID,
+    cut,
+    error_text,
+    safe_id,
+    trim,
+)
 
 if TYPE_CHECKING:
     from receiptsite_client import Client, Entry
@@ -67,9 +73,6 @@ logger = logging.getLogger(__name__)
 
 FRAMEWORK_NAME = "langchain"
 MAX_CHILD_LINKS = 100  # receipt/v1: links.child_receipt_ids holds at most 100 ids
-MAX_LIST_TEXT = 500  # receipt/v1: one observed / not_observed entry
-MAX_ID = 200  # receipt/v1: identifiers and names
-_MAX_REMEMBERED = 10_000  # attempt counters kept for runs that never end in a chain
 _RETRY_TAG = "retry:attempt:"
 
 
@@ -122,15 +125,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def _safe_id(value: object) -> str | None:
-    """An identifier the site will take: a string of 1..200 characters that does not look like
-    a secret (the site refuses, and never redacts, an identifier that does)."""
-    if value is None:
-        return None
-    text = str(value)
-    if not text or len(text) > MAX_ID or find_secrets(text):
-        return None
-    return text
 
 
 def _text(value: Any) -> str:
@@ -155,13 +149,8 @@ def _text(value: Any) -> str:
     return repr(value)
 
 
-def _error_text(error: BaseException) -> str:
-    message = str(error)
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
-def _cut(text: str, limit: int = MAX_LIST_TEXT) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class ReceiptCallbackHandler(BaseCallbackHandler):
@@ -328,7 +317,7 @@ class ReceiptCallbackHandler(BaseCallbackHandler):
     ) -> None:
         try:
             with self._lock:
-                text = _error_text(error)
+                text = error_text(error)
                 self._tool_end(
                     run_id,
                     parent_run_id,
@@ -370,7 +359,7 @@ class ReceiptCallbackHandler(BaseCallbackHandler):
         try:
             with self._lock:
                 outcome = "timed_out" if isinstance(error, TimeoutError) else "failed"
-                self._chain_end(run_id, outcome=outcome, result=_error_text(error))
+                self._chain_end(run_id, outcome=outcome, result=error_text(error))
         except Exception as caught:
             self._keep(caught)
 
@@ -429,7 +418,7 @@ class ReceiptCallbackHandler(BaseCallbackHandler):
         if prior is not None:
             attempt["prior_attempt_id"] = str(prior.run_id)
             if prior.error:
-                attempt["retry_reason"] = _cut(prior.error)
+                attempt["retry_reason"] = cut(prior.error)
         document = self._tool_document(run, run_id, "start", attempt)
         document["started_at"] = run.started_at
         if self.include_inputs:
@@ -481,7 +470,7 @@ class ReceiptCallbackHandler(BaseCallbackHandler):
             document["duration_ms"] = max(0, round((time.monotonic() - run.started) * 1000))
         document["ended_at"] = ended_at
         if self.include_results or outcome != "succeeded":
-            document["result"] = result if self.include_results else _cut(result)
+            document["result"] = result if self.include_results else cut(result)
         document["observed"] = [
             f"LangChain's callback manager reported that tool {run.name!r} "
             + ("returned." if outcome == "succeeded" else f"ended with outcome {outcome}.")
@@ -501,16 +490,16 @@ class ReceiptCallbackHandler(BaseCallbackHandler):
         }
         if run.parent_run_id is not None:
             framework["parent_run_id"] = str(run.parent_run_id)
-        tool_call_id = _safe_id(run.tool_call_id)
+        tool_call_id = safe_id(run.tool_call_id)
         if tool_call_id:
             framework["tool_call_id"] = tool_call_id
-        step_id = _safe_id(f"{run.name}/{run.identity}"[:MAX_ID]) or f"tool/{run_id}"
+        step_id = safe_id(f"{run.name}/{run.identity}"[:MAX_ID]) or f"tool/{run_id}"
         return {
             "workflow_id": self.workflow_id,
             "step_id": step_id,
             "attempt": attempt,
             "phase": phase,
-            "subject": {"type": "tool", "name": _safe_id(run.name[:MAX_ID]) or "tool"},
+            "subject": {"type": "tool", "name": safe_id(run.name[:MAX_ID]) or "tool"},
             "framework": framework,
             "idempotency_key": self._key(run_id, phase, attempt["number"]),
             "metadata": {"langchain.root_run_id": str(run.root)},
@@ -556,7 +545,7 @@ class ReceiptCallbackHandler(BaseCallbackHandler):
             "phase": "completion",
             "subject": {
                 "type": self.completion_subject_type,
-                "name": _safe_id(chain.name[:MAX_ID]) or "langchain run",
+                "name": safe_id(chain.name[:MAX_ID]) or "langchain run",
             },
             "framework": {
                 "name": FRAMEWORK_NAME,
@@ -578,7 +567,7 @@ class ReceiptCallbackHandler(BaseCallbackHandler):
         if chain.input_summary is not None:
             document["input_summary"] = chain.input_summary
         if self.include_results or outcome != "succeeded":
-            document["result"] = result if self.include_results else _cut(result)
+            document["result"] = result if self.include_results else cut(result)
         document["observed"] = [
             f"LangChain's callback manager reported that the outermost run "
             f"{'returned' if outcome == 'succeeded' else 'ended with outcome ' + outcome}, "
@@ -589,7 +578,7 @@ class ReceiptCallbackHandler(BaseCallbackHandler):
             document["links"] = {"child_receipt_ids": linked}
         if unlinked:
             document["not_observed"] = [
-                _cut(
+                cut(
                     f"{len(unlinked)} tool receipt(s) of this run were not published when "
                     "this completion was recorded, so it does not link them (idempotency "
                     "keys: " + ", ".join(unlinked) + ")."
@@ -623,19 +612,15 @@ class ReceiptCallbackHandler(BaseCallbackHandler):
             del self._retry_parents[retry_key]
 
     def _forget_old(self) -> None:
-        _trim(self._attempts)
-        _trim(self._retry_parents)
-        _trim(self._completions)
+        trim(self._attempts)
+        trim(self._retry_parents)
+        trim(self._completions)
 
     def _keep(self, error: BaseException) -> None:
         self.errors.append(error)
         logger.warning("receipt callback failed; the LangChain run goes on", exc_info=error)
 
 
-def _trim(table: dict[Any, Any]) -> None:
-    """Drop the oldest entries of a table over its bound (dicts keep insertion order)."""
-    while len(table) > _MAX_REMEMBERED:
-        del table[next(iter(table))]
 
 
 def _retry_number(tags: Sequence[str] | None) -> int:

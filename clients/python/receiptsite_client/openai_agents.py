@@ -90,6 +90,13 @@ from agents.tool import Tool, default_tool_timeout_error_message
 from agents.tool_context import ToolContext
 from agents.tracing import get_current_trace
 
+from receiptsite_client._adapters import (
+    MAX_ID,
+    cut,
+    error_text,
+    safe_id,
+    trim,
+)
 from receiptsite_client.redaction import find_secrets
 
 if TYPE_CHECKING:
@@ -104,9 +111,6 @@ logger = logging.getLogger(__name__)
 FRAMEWORK_NAME = "openai-agents"
 FRAMEWORK_VERSION: str = getattr(agents, "__version__", "") or ""
 KEY_PREFIX = "oa"
-MAX_ID = 200  # receipt/v1: identifiers and names
-MAX_LIST_TEXT = 500  # receipt/v1: one observed / not_observed entry, a metadata string
-_MAX_REMEMBERED = 10_000  # calls kept for attempt numbering
 _CONTEXT_PARAMETER = "_receiptsite_tool_context"
 
 
@@ -128,15 +132,6 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _safe_id(value: object) -> str | None:
-    """An identifier the site takes: 1..200 characters, not looking like a secret (the site
-    refuses, never redacts, such an identifier)."""
-    if value is None:
-        return None
-    text = str(value)
-    if not text or len(text) > MAX_ID or find_secrets(text):
-        return None
-    return text
 
 
 def _key_part(value: str) -> str:
@@ -152,8 +147,6 @@ def _key_part(value: str) -> str:
     return "h" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def _cut(text: str, limit: int = MAX_LIST_TEXT) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _text(value: Any) -> str:
@@ -168,9 +161,6 @@ def _text(value: Any) -> str:
         return repr(value)
 
 
-def _error_text(error: BaseException) -> str:
-    message = str(error)
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 def _arguments_identity(arguments: str) -> str:
@@ -182,9 +172,6 @@ def _arguments_identity(arguments: str) -> str:
         return arguments
 
 
-def _trim(table: dict[Any, Any]) -> None:
-    while len(table) > _MAX_REMEMBERED:
-        del table[next(iter(table))]
 
 
 # --- one id per run --------------------------------------------------------------------------
@@ -228,7 +215,7 @@ def _trace_id() -> str | None:
         return None
     if not isinstance(trace_id, str) or trace_id == "no-op":
         return None
-    return _safe_id(trace_id)
+    return safe_id(trace_id)
 
 
 # --- the recorder both adapters share --------------------------------------------------------
@@ -370,10 +357,10 @@ class _Recorder:
             self._calls[(run_id, tool_call_id)] = call
             if arguments is not None:
                 self._by_arguments[(run_id, tool_name, _arguments_identity(arguments))] = call
-            _trim(self._calls)
-            _trim(self._by_arguments)
+            trim(self._calls)
+            trim(self._by_arguments)
         observed = [
-            _cut(
+            cut(
                 f"The OpenAI Agents SDK invoked the tool {tool_name}"
                 + (f" for the model's tool call {framework_call_id}" if framework_call_id else "")
                 + (" with the arguments in the input summary." if arguments is not None else ".")
@@ -395,7 +382,7 @@ class _Recorder:
             if same is not None and same.outcome in ("failed", "timed_out"):
                 prior = same
         if prior is None:
-            return 1, _cut(f"{tool_name}/{tool_call_id}", MAX_ID), None, None
+            return 1, cut(f"{tool_name}/{tool_call_id}", MAX_ID), None, None
         prior_id = prior.end_key or prior.start_key
         return prior.attempt + 1, prior.step_id, prior_id, prior.error
 
@@ -409,7 +396,7 @@ class _Recorder:
     ) -> None:
         with self._lock:
             call.outcome = outcome
-            call.error = _cut(result or outcome) if outcome != "succeeded" else None
+            call.error = cut(result or outcome) if outcome != "succeeded" else None
             call.end_key = self._key(call.run_id, call.tool_call_id, "end", call.attempt)
         ended_at = _now()
         duration_ms = max(0, round((time.monotonic() - call.started) * 1000))
@@ -419,7 +406,7 @@ class _Recorder:
             links = {"parent_receipt_id": start.receipt_id}
         else:
             not_observed.append(
-                _cut(
+                cut(
                     "This receipt is not linked to its start receipt (idempotency key "
                     f"{call.start_key}), which was not yet published when this was recorded."
                 )
@@ -461,29 +448,29 @@ class _Recorder:
         duration_ms: int | None = None,
         links: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        framework: dict[str, Any] = {"name": FRAMEWORK_NAME, "run_id": _safe_id(call.run_id)}
+        framework: dict[str, Any] = {"name": FRAMEWORK_NAME, "run_id": safe_id(call.run_id)}
         if FRAMEWORK_VERSION:
             framework["version"] = FRAMEWORK_VERSION
-        tool_call_id = _safe_id(call.framework_call_id)
+        tool_call_id = safe_id(call.framework_call_id)
         if tool_call_id is not None:
             framework["tool_call_id"] = tool_call_id
         attempt: dict[str, Any] = {"number": call.attempt}
         if call.prior_attempt_id:
-            attempt["prior_attempt_id"] = _cut(call.prior_attempt_id, MAX_ID)
+            attempt["prior_attempt_id"] = cut(call.prior_attempt_id, MAX_ID)
         if call.retry_reason:
-            attempt["retry_reason"] = _cut(call.retry_reason)
+            attempt["retry_reason"] = cut(call.retry_reason)
         metadata = dict(self.metadata)
         if call.agent_name:
-            metadata.setdefault("agent", _cut(call.agent_name))
+            metadata.setdefault("agent", cut(call.agent_name))
         document: dict[str, Any] = {
             "workflow_id": self.workflow_id,
             "step_id": call.step_id,
             "attempt": attempt,
             "phase": phase,
-            "subject": {"type": "tool", "name": _cut(call.tool_name, MAX_ID) or "tool"},
+            "subject": {"type": "tool", "name": cut(call.tool_name, MAX_ID) or "tool"},
             "framework": {k: v for k, v in framework.items() if v is not None},
             "started_at": call.started_at,
-            "observed": [_cut(text) for text in observed][:20],
+            "observed": [cut(text) for text in observed][:20],
             "idempotency_key": call.start_key if phase == "start" else call.end_key,
         }
         if call.trace_id:
@@ -499,7 +486,7 @@ class _Recorder:
         if duration_ms is not None:
             document["duration_ms"] = duration_ms
         if not_observed:
-            document["not_observed"] = [_cut(text) for text in not_observed][:20]
+            document["not_observed"] = [cut(text) for text in not_observed][:20]
         if links:
             document["links"] = links
         if metadata:
@@ -641,7 +628,7 @@ class ReceiptRunHooks(RunHooks[Any], _Receipts):
             if call is not None:
                 with self._open_lock:
                     self._open.setdefault(pairing, []).append(call)
-                    _trim(self._open)
+                    trim(self._open)
         except Exception as error:
             self._recorder.keep(error)
 
@@ -789,7 +776,7 @@ class ReceiptTools(_Receipts):
                     "error. The SDK's failure handling then took over."
                 ]
                 not_observed = ["Whether the tool made any change before it raised."]
-            recorder.end(call, outcome, _error_text(error), observed, not_observed)
+            recorder.end(call, outcome, error_text(error), observed, not_observed)
 
         wrapper: Callable[..., Any]
         if inspect.iscoroutinefunction(func):
