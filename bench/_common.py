@@ -57,11 +57,11 @@ def _postgres_admin_connect(url: str):  # type: ignore[no-untyped-def]
     )
 
 
-def setup_django(args: argparse.Namespace, *, migrate: bool = True) -> str:
-    """Create the benchmark's database, configure Django, migrate. Returns a description."""
-    url = args.database_url.strip()
-    temp_dir = Path(tempfile.mkdtemp(prefix="receiptsite-bench-"))
-    description: str
+def own_database(url: str, temp_dir: Path, *, keep: bool = False) -> tuple[str, str]:
+    """The benchmark's own database: a SQLite file in `temp_dir` when `url` is empty, else the
+    PostgreSQL database `url` names, created now (it must not exist) and dropped at exit unless
+    `keep`. Returns (DATABASE_URL, a description). Stops the script on a bad or taken name."""
+    url = url.strip()
     if not url:
         db_file = temp_dir / "bench.sqlite3"
         url = f"sqlite:///{db_file}"
@@ -82,15 +82,22 @@ def setup_django(args: argparse.Namespace, *, migrate: bool = True) -> str:
             admin.execute(f'CREATE DATABASE "{name}"')
             version = admin.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
         description = f"PostgreSQL {version}, database {name} (created for this run)"
-        if not args.keep_database:
+        if not keep:
             atexit.register(_drop_postgres, url, name)
     else:
         sys.exit("--database-url must be postgres://... (SQLite is the default)")
 
-    if args.keep_database:
+    if keep:
         atexit.register(print, f"(kept: DATABASE_URL={url})")
     else:
         atexit.register(shutil.rmtree, temp_dir, True)
+    return url, description
+
+
+def setup_django(args: argparse.Namespace, *, migrate: bool = True) -> str:
+    """Create the benchmark's database, configure Django, migrate. Returns a description."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="receiptsite-bench-"))
+    url, description = own_database(args.database_url, temp_dir, keep=args.keep_database)
 
     os.environ["DATABASE_URL"] = url
     os.environ["RATE_LIMITS"] = "off"
