@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 import pytest
+import rfc8785
 from django.db import transaction
 from django.test import Client
 from hypothesis import HealthCheck, given, settings
@@ -86,6 +87,52 @@ def test_the_canonical_form_ignores_key_order_whitespace_and_escapes(
     assert canonical_bytes(json.loads(text)) == canonical_bytes(value)
     # ...and the same holds for the bytes of the form as well as for its parse.
     assert canonical_bytes(json.loads(text.encode())) == canonical_bytes(value)
+
+
+# Characters where a fast serialiser could part from RFC 8785: escapes, the controls, DEL,
+# U+2028, the private-use area just below the surrogates' UTF-16 range, lone surrogates, and
+# characters beyond the BMP (RFC 8785 sorts keys by UTF-16 code units).
+EDGY_TEXT = st.text(
+    alphabet=st.sampled_from(
+        ['a', 'B', '"', "\\", "/", "\x00", "\x1f", "\x7f", "\u2028", "\ud800", "\udfff",
+         "\ue000", "\uffff", "\U00010000", "\U0001f600", "é"]
+    ),
+    max_size=4,
+)
+EDGY_VALUES = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(-(2**60), 2**60),
+        st.floats(allow_nan=True, allow_infinity=True), EDGY_TEXT,
+    ),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(EDGY_TEXT, inner, max_size=5),
+    max_leaves=20,
+)
+
+
+def _outcome(serialise: Any, value: Any) -> bytes | str:
+    try:
+        return bytes(serialise(value))
+    except Exception as error:  # noqa: BLE001 - the kind of refusal is what is compared
+        return type(error).__name__
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=EDGY_VALUES)
+def test_canonical_bytes_is_rfc8785_byte_for_byte_or_refuses_as_it_does(value: Any) -> None:
+    # canonical_bytes takes the C JSON encoder where it writes what RFC 8785 writes, and the
+    # rfc8785 library (the reference) otherwise: the two must never be told apart.
+    assert _outcome(canonical_bytes, value) == _outcome(rfc8785.dumps, value)
+
+
+def test_the_edgy_values_reach_both_paths_and_the_key_order_rfc8785_asks_for() -> None:
+    # The property above would prove little if every value took the same path.
+    assert canonical_bytes({"\U0001f600": 1, "\ue000": 2}) == rfc8785.dumps(
+        {"\U0001f600": 1, "\ue000": 2}
+    )
+    assert canonical_bytes({"\U0001f600": 1, "\ue000": 2}).index(b"\xf0") < canonical_bytes(
+        {"\U0001f600": 1, "\ue000": 2}).index(b"\xee")  # UTF-16 order: U+1F600 sorts first
+    assert canonical_bytes({"a": 1.5}) == b'{"a":1.5}'
+    assert _outcome(canonical_bytes, {"a": "\ud800"}) == "CanonicalizationError"
 
 
 def test_the_loose_serialiser_really_varies_order_and_whitespace() -> None:

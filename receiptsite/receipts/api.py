@@ -24,7 +24,12 @@ from receiptsite.receipts.http import TenantRequest, api_route, receipt_not_foun
 from receiptsite.receipts.models import Receipt, SigningKey, format_timestamp
 from receiptsite.receipts.openapi import OPENAPI
 from receiptsite.receipts.rfc3339 import parse_rfc3339
-from receiptsite.receipts.services import IdempotencyKeyReused, Ingested, receipt_ingest
+from receiptsite.receipts.services import (
+    IdempotencyKeyReused,
+    Ingested,
+    receipt_ingest,
+    receipts_ingest,
+)
 from receiptsite.receipts.strictjson import BadJSON, parse_json
 from receiptsite.receipts.validation import Enum
 from receiptsite.receipts.verification import verification_json
@@ -99,29 +104,34 @@ def _read_to_end(stream: Any, most: int) -> bytes:
 # --- storing receipts ----------------------------------------------------------------------
 
 
-def _ingest(request: TenantRequest, payload: object) -> Ingested:
-    """One receipt stored or replayed; the Problem a single POST would answer otherwise."""
-    try:
-        return receipt_ingest(api_key=request.api_key, payload=payload)
-    except DocumentInvalid as error:
+def _refusal(error: DocumentInvalid | IdempotencyKeyReused) -> Problem:
+    """The Problem a single POST answers for an item it does not store."""
+    if isinstance(error, DocumentInvalid):
         fields = ", ".join(e["field"] or "(the document)" for e in error.errors)
-        raise Problem(
+        return Problem(
             422,
             "validation-error",
             "The receipt is not valid",
             f"{len(error.errors)} field(s) are not valid: {fields}",
             errors=error.errors,
-        ) from None
-    except IdempotencyKeyReused as error:
-        raise Problem(
-            422,
-            "idempotency-key-reused",
-            "The idempotency key names another receipt",
-            "This idempotency key already names a receipt stored from a different request. "
-            "That receipt is unchanged; use a new key for a new receipt.",
-            id=error.receipt.uuid,
-            url=error.receipt.url,
-        ) from None
+        )
+    return Problem(
+        422,
+        "idempotency-key-reused",
+        "The idempotency key names another receipt",
+        "This idempotency key already names a receipt stored from a different request. "
+        "That receipt is unchanged; use a new key for a new receipt.",
+        id=error.receipt.uuid,
+        url=error.receipt.url,
+    )
+
+
+def _ingest(request: TenantRequest, payload: object) -> Ingested:
+    """One receipt stored or replayed; the Problem a single POST would answer otherwise."""
+    try:
+        return receipt_ingest(api_key=request.api_key, payload=payload)
+    except (DocumentInvalid, IdempotencyKeyReused) as error:
+        raise _refusal(error) from None
 
 
 # Producers' writes and tenant reads draw from different buckets of the same key.
@@ -167,18 +177,33 @@ def receipts_batch(request: TenantRequest) -> HttpResponse:
         )
     # The ingest limit counts receipts: the request took one token, each further item takes one.
     throttle("ingest", request.api_key.prefix, cost=len(items) - 1)
-    results: list[dict[str, Any]] = []
-    for item in items:
-        try:
-            if _body_size(item) > settings.RECEIPT_MAX_BYTES:
-                raise _too_big(settings.RECEIPT_MAX_BYTES)
-            outcome = _ingest(request, item)
-        except Problem as error:
-            results.append(error.body())
-            continue
-        answer = outcome.receipt.ingest_answer()
-        results.append({**answer, "status": 201, "replayed": outcome.replayed})
+    results: list[dict[str, Any] | None] = [
+        _too_big(settings.RECEIPT_MAX_BYTES).body()
+        if _body_size(item) > settings.RECEIPT_MAX_BYTES else None
+        for item in items
+    ]
+    wanted = [i for i, result in enumerate(results) if result is None]
+    try:
+        outcomes = (
+            receipts_ingest(api_key=request.api_key, payloads=[items[i] for i in wanted])
+            if wanted else []
+        )
+    except Problem:  # the site must not sign now (503): each item answers as if alone
+        for i in wanted:
+            try:
+                results[i] = _answer(_ingest(request, items[i]))
+            except Problem as refused:
+                results[i] = refused.body()
+        return _json({"results": results})
+    for i, outcome in zip(wanted, outcomes, strict=True):
+        results[i] = _refusal(outcome).body() if isinstance(outcome, Exception) else _answer(
+            outcome
+        )
     return _json({"results": results})
+
+
+def _answer(outcome: Ingested) -> dict[str, Any]:
+    return {**outcome.receipt.ingest_answer(), "status": 201, "replayed": outcome.replayed}
 
 
 # --- reading the tenant's receipts -------------------------------------------------------------
@@ -246,11 +271,7 @@ def _list(request: TenantRequest) -> HttpResponse:
 
 @api_route("GET", tenant=True, capability=True, rate={"GET": "read"})
 def receipt_detail(request: TenantRequest, receipt_id: uuid.UUID) -> HttpResponse:
-    receipt = (
-        Receipt.objects.select_related("log_entry")
-        .filter(public_id=receipt_id, tenant_id=request.api_key.tenant_id)
-        .first()
-    )
+    receipt = Receipt.objects.verifiable(receipt_id, tenant_id=request.api_key.tenant_id)
     if receipt is None:
         raise receipt_not_found()
     document = receipt.document()
@@ -262,7 +283,7 @@ def receipt_detail(request: TenantRequest, receipt_id: uuid.UUID) -> HttpRespons
 
 @api_route("GET", public=True, capability=True, rate={"GET": "read"})
 def receipt_verification(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
-    receipt = Receipt.objects.for_verification().filter(public_id=receipt_id).first()
+    receipt = Receipt.objects.verifiable(receipt_id)
     if receipt is None:
         raise receipt_not_found()
     return _json(verification_json(receipt))

@@ -6,19 +6,23 @@ triggers that refuse UPDATE, DELETE and TRUNCATE of them (see migrations/0002_im
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import itertools
 import json
 import secrets
+import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 from django.conf import settings
-from django.db import models
-from django.urls import reverse
+from django.db import connection, models
+from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
-from receiptsite.receipts.evidence import COLUMNS, StoredColumn
+from receiptsite.receipts.evidence import COLUMNS, LIST_FILTERS, StoredColumn
 
 
 def format_timestamp(value: datetime) -> str:
@@ -99,9 +103,40 @@ class SigningKey(models.Model):
         return f"{self.kid} ({self.status})"
 
 
+_NO_ID = uuid.UUID(int=0)
+
+
+@functools.lru_cache(maxsize=64)
+def _path_around_id(name: str, script_prefix: str) -> tuple[str, str]:
+    before, _, after = reverse(name, args=[_NO_ID]).partition(str(_NO_ID))
+    return before, after
+
+
+def _receipt_path(name: str, public_id: uuid.UUID | str) -> str:
+    """reverse(name, args=[public_id]) for the routes of one receipt, without resolving the
+    URLconf on every answer (each summary of a list names two of them)."""
+    before, after = _path_around_id(name, get_script_prefix())
+    return f"{before}{public_id}{after}"
+
+
 class ReceiptQuerySet(models.QuerySet["Receipt"]):
     def for_verification(self) -> ReceiptQuerySet:
         return self.select_related("tenant", "signing_key", "log_entry")
+
+    def verifiable(self, public_id: uuid.UUID, tenant_id: int | None = None) -> Receipt | None:
+        """The receipt (of the tenant `tenant_id`, if given) with its tenant, signing key and
+        log entry, as for_verification() fetches it, in one hand-written query: on the hot
+        routes compiling the ORM query cost more than running it. Every field is read from
+        the row now."""
+        field = Receipt._meta.get_field("public_id")
+        params = [field.get_db_prep_value(public_id, connection)]
+        if tenant_id is None:
+            return _one("r.public_id = %s", params)
+        return _one("r.public_id = %s AND r.tenant_id = %s", [*params, tenant_id])
+
+    def by_idempotency_key(self, tenant_id: int, key: str) -> Receipt | None:
+        """The tenant's receipt stored under `key`, fetched as verifiable() fetches it."""
+        return _one("r.tenant_id = %s AND r.idempotency_key = %s", [tenant_id, key])
 
 
 class IngestAnswer(TypedDict):
@@ -157,6 +192,13 @@ class Receipt(models.Model):
             models.Index(fields=["tenant", "-id"], name="receipt_tenant_newest"),
             models.Index(fields=["tenant", "workflow_id", "-id"], name="receipt_tenant_workflow"),
             models.Index(fields=["tenant", "recorded_at"], name="receipt_tenant_recorded"),
+            # The list's other exact-match filters, each in the list's keyset order (newest
+            # first), so that a filtered page reads only its own rows at any size.
+            *(
+                models.Index(fields=["tenant", column.name, "-id"], name=f"receipt_{column.name}")
+                for column in LIST_FILTERS
+                if column.name != "workflow_id"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -168,11 +210,11 @@ class Receipt(models.Model):
 
     @property
     def url(self) -> str:
-        return settings.SITE_URL + reverse("receipt-page", args=[self.public_id])
+        return settings.SITE_URL + _receipt_path("receipt-page", self.public_id)
 
     @property
     def verify_url(self) -> str:
-        return settings.SITE_URL + reverse("api-verify", args=[self.public_id])
+        return settings.SITE_URL + _receipt_path("api-verify", self.public_id)
 
     @property
     def log_index(self) -> int | None:
@@ -219,6 +261,68 @@ def _column_field(column: StoredColumn) -> models.CharField[str | None, str | No
 
 for _column in COLUMNS:
     Receipt.add_to_class(_column.name, _column_field(_column))
+
+
+def _fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
+    return list(model._meta.concrete_fields)
+
+
+@functools.cache
+def _select_sql() -> str:
+    """SELECT every concrete field of a receipt, its tenant and signing key, and its log
+    index (the statement is derived from the models, once per process)."""
+    quote = connection.ops.quote_name
+
+    def columns(alias: str, model: type[models.Model]) -> list[str]:
+        return [f"{alias}.{quote(str(field.column))}" for field in _fields(model)]
+
+    selected = [
+        *columns("r", Receipt), *columns("t", Tenant), *columns("k", SigningKey),
+        f"e.{quote('index')}",
+    ]
+    return (
+        f"SELECT {', '.join(selected)} FROM {Receipt._meta.db_table} AS r "
+        f"JOIN {Tenant._meta.db_table} AS t ON t.id = r.tenant_id "
+        f"JOIN {SigningKey._meta.db_table} AS k ON k.id = r.signing_key_id "
+        f"LEFT JOIN {LogEntry._meta.db_table} AS e ON e.receipt_id = r.id"
+    )
+
+
+@functools.cache
+def _converters(model: type[models.Model], vendor: str) -> list[list[Any]]:
+    # As the ORM's compiler applies them: the backend's (SQLite hands back text for a UUID or
+    # a datetime), then the field's.
+    return [
+        connection.ops.get_db_converters(f.cached_col) + f.cached_col.get_db_converters(connection)
+        for f in _fields(model)
+    ]
+
+
+def _build(model: type[models.Model], values: Sequence[Any]) -> Any:
+    fields = _fields(model)
+    converted = []
+    converters = _converters(model, connection.vendor)
+    for f, convert_all, value in zip(fields, converters, values, strict=True):
+        for convert in convert_all:
+            value = convert(value, f.cached_col, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
+def _one(where: str, params: Sequence[Any]) -> Receipt | None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"{_select_sql()} WHERE {where}", params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    ends = list(itertools.accumulate(len(_fields(m)) for m in (Receipt, Tenant, SigningKey)))
+    receipt: Receipt = _build(Receipt, row[: ends[0]])
+    Receipt.tenant.field.set_cached_value(receipt, _build(Tenant, row[ends[0] : ends[1]]))
+    Receipt.signing_key.field.set_cached_value(receipt, _build(SigningKey, row[ends[1] : ends[2]]))
+    index = row[ends[2]]
+    entry = None if index is None else LogEntry(index=index, receipt=receipt)
+    Receipt.log_entry.related.set_cached_value(receipt, entry)  # None: no place in the log yet
+    return receipt
 
 
 class LogEntry(models.Model):

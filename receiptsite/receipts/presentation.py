@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.utils.translation import get_language, gettext_lazy, pgettext_lazy
 from django.utils.translation import gettext as _
 from receiptsite_client.handoff import handoff_block
 
+from receiptsite.receipts import memo, rowsecurity
 from receiptsite.receipts.evidence import BOUNDARY, page_rows
 from receiptsite.receipts.models import Receipt, ReviewDecision
+from receiptsite.receipts.verification import read_bytes
 
 SUBJECT_WORDS = {
     "tool": pgettext_lazy("subject", "the tool"),
@@ -110,22 +113,28 @@ def page_checks(verification: dict[str, Any]) -> list[dict[str, Any]]:
 def readable_document(receipt: Receipt) -> dict[str, Any]:
     """The evidence document, or nothing when the stored bytes are no JSON object any more
     (changed behind the site's back): the page then shows its warning with what it has,
-    never an error page."""
-    try:
-        doc = receipt.document()
-    except ValueError:  # not UTF-8, or not JSON
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    never an error page. Shared by every reader of the same bytes: read it, never change it."""
+    return read_bytes(receipt.raw_bytes()).document or {}
+
+
+_DECISIONS = ReviewDecision._meta.db_table
+# The latest follow-up note recorded on a receipt (one indexed lookup; the ORM's compile time
+# for it cost more than running it).
+_LATEST_FOLLOW_UP = (
+    f"SELECT follow_up FROM {_DECISIONS} WHERE receipt_id = %s AND follow_up <> '' "
+    "ORDER BY reviewed_at DESC, id DESC LIMIT 1"
+)
 
 
 def follow_up_line(receipt: Receipt, *, show_follow_up: bool) -> str:
     """The hand-off's follow-up: the latest decision's note, for auditors only. Decisions are
     internal: everyone else learns only whether a follow-up exists."""
-    decisions = ReviewDecision.objects.filter(receipt=receipt).exclude(follow_up="")
-    recorded = decisions.order_by("-reviewed_at", "-id").values_list("follow_up", flat=True)
-    latest = recorded.first()
-    if latest is None:
+    with connection.cursor() as cursor:
+        cursor.execute(_LATEST_FOLLOW_UP, [receipt.pk])
+        row = cursor.fetchone()
+    if row is None:
         return "none recorded"
+    latest: str = row[0]
     return latest if show_follow_up else "recorded by the auditors (not shown publicly)"
 
 
@@ -143,6 +152,7 @@ def _linked(receipt: Receipt, links: dict[str, Any]) -> tuple[Any, list[dict[str
     parent_id = links.get("parent_receipt_id")
     child_ids = links.get("child_receipt_ids", [])
     ids = [*([parent_id] if parent_id else []), *child_ids]
+    rowsecurity.reveal(ids)  # on a public page, the linked receipts are read by id too
     rows = (
         Receipt.objects.filter(tenant_id=receipt.tenant_id, public_id__in=ids).values_list(
             "public_id", "subject_name", "phase", "outcome"
@@ -160,10 +170,11 @@ def _linked(receipt: Receipt, links: dict[str, Any]) -> tuple[Any, list[dict[str
     return (describe(parent_id) if parent_id else None), [describe(i) for i in child_ids]
 
 
-def page_context(
-    receipt: Receipt, verification: dict[str, Any] | None, *, show_follow_up: bool = False
-) -> dict[str, Any]:
-    doc = readable_document(receipt)
+@memo.of_bytes(maxsize=512)
+def _reading(data: bytes, language: str | None) -> dict[str, Any]:
+    """What the page shows of the document itself, in `language`: derived from the bytes
+    alone, so worked out once per distinct bytes and language (shared: never change it)."""
+    doc = read_bytes(data).document or {}
     subject = doc.get("subject", {})
     outcome = doc.get("outcome")
     label, icon, tone = OUTCOME_WORDS.get(outcome, OUTCOME_WORDS["uncertain"])
@@ -179,16 +190,12 @@ def page_context(
         name=f"“{subject.get('name', '')}”",
         outcome=str(label).lower(),
     )
-    translating = get_language() not in (None, "en")
+    translating = language not in (None, "en")
     not_observed = [
         (line, BOUNDARY_TRANSLATIONS.get(line) if translating else None)
         for line in doc.get("not_observed", [])
     ]
-    parent, children = _linked(receipt, doc.get("links", {}))
-    checks = page_checks(verification) if verification else []
-    status = verification["status"] if verification else None
     return {
-        "receipt": receipt,
         "doc": doc,
         "sentence": sentence,
         "outcome_label": label,
@@ -198,8 +205,6 @@ def page_context(
         "attempt": doc.get("attempt", {"number": 1}),
         "framework": framework,
         "not_observed": not_observed,
-        "links_parent": parent,
-        "links_children": children,
         "redactions": doc.get("redactions", []),
         "metadata": sorted(doc.get("metadata", {}).items()),
         # The labelled fields of each section, as the declaration labels them.
@@ -207,9 +212,37 @@ def page_context(
         "workflow_rows": page_rows(doc, "workflow"),
         "timing_rows": page_rows(doc, "timing"),
         "technical_rows": page_rows(doc, "technical"),
+    }
+
+
+def page_context(
+    receipt: Receipt, verification: dict[str, Any] | None, *, show_follow_up: bool = False
+) -> dict[str, Any]:
+    data = receipt.raw_bytes()
+    language = get_language()
+    reading = _reading(data, language)
+    doc = reading["doc"]
+    parent, children = _linked(receipt, doc.get("links", {}))
+    checks = page_checks(verification) if verification else []
+    status = verification["status"] if verification else None
+    return {
+        **reading,
+        "receipt": receipt,
+        # The fragments of the page drawn from the document, the language and these columns
+        # alone are rendered once per distinct key (templatetags/receipt_fragments.py).
+        "fragment_key": (
+            data, language, receipt.public_id, receipt.recorded_at, receipt.output_hash
+        ),
+        "links_parent": parent,
+        "links_children": children,
         "verification": verification,
         "status": status,
         "checks": checks,
+        "checks_key": (
+            language, status,
+            tuple((c["name"], c["result"], "" if c["result"] == "pass" else c["detail"])
+                  for c in checks),
+        ),
         "failed_checks": [c for c in checks if c["result"] == "fail"],
         "handoff": handoff_block(
             doc, receipt.url, follow_up_line(receipt, show_follow_up=show_follow_up)

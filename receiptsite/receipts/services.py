@@ -8,7 +8,8 @@ appends its log leaf.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -52,8 +53,27 @@ class Ingested:
     replayed: bool
 
 
-def _resolve_links(api_key: ApiKey, refs: LinkRefs) -> tuple[str | None, list[str]]:
-    """Map ids and idempotency keys to ids of this tenant's receipts, in one query.
+@dataclass
+class _Batch:
+    """The receipts a batch has made so far, not yet inserted: later items may link to them
+    or replay them, as if each earlier item had been posted alone before."""
+
+    by_key: dict[str, Receipt] = field(default_factory=dict)
+    by_id: set[str] = field(default_factory=set)
+    stored: list[tuple[Receipt, bytes]] = field(default_factory=list)
+
+    def add(self, receipt: Receipt, data: bytes) -> None:
+        self.stored.append((receipt, data))
+        self.by_id.add(receipt.uuid)
+        if receipt.idempotency_key is not None:
+            self.by_key[receipt.idempotency_key] = receipt
+
+
+def _resolve_links(
+    api_key: ApiKey, refs: LinkRefs, earlier: _Batch | None = None
+) -> tuple[str | None, list[str]]:
+    """Map ids and idempotency keys to ids of this tenant's receipts, in one query (and to the
+    receipts made by `earlier` items of the same batch).
 
     A receipt of another tenant is reported exactly like one that does not exist.
     """
@@ -68,6 +88,9 @@ def _resolve_links(api_key: ApiKey, refs: LinkRefs) -> tuple[str | None, list[st
         by_id.add(str(public_id))
         if key is not None:
             by_key[key] = str(public_id)
+    if earlier is not None:
+        by_id |= earlier.by_id & set(ids)
+        by_key.update({k: earlier.by_key[k].uuid for k in keys if k in earlier.by_key})
 
     errors: list[dict[str, str]] = []
     missing = "names no receipt of this tenant"
@@ -100,12 +123,14 @@ def _resolve_links(api_key: ApiKey, refs: LinkRefs) -> tuple[str | None, list[st
     return parent, children
 
 
-def prepare(api_key: ApiKey, payload: object) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def prepare(
+    api_key: ApiKey, payload: object, earlier: _Batch | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Everything before the transaction: the producer's part, redacted, and the redactions.
     Raises DocumentInvalid."""
     draft: Draft = validate(payload)
     if draft.links is not None:
-        parent, children = _resolve_links(api_key, draft.links)
+        parent, children = _resolve_links(api_key, draft.links, earlier)
         producer = producer_with_links(draft, parent, children)
     else:
         producer = draft.producer
@@ -128,46 +153,115 @@ def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
         # concurrent requests with one key store exactly one receipt.
         log.lock_for_append()
         if idempotency_key is not None:
-            existing = (
-                Receipt.objects.select_related("log_entry")
-                .filter(tenant=tenant, idempotency_key=idempotency_key)
-                .first()
-            )
+            existing = Receipt.objects.by_idempotency_key(tenant.pk, idempotency_key)
             if existing is not None:
                 if existing.request_hash != request_hash:
                     raise IdempotencyKeyReused(existing)
                 return Ingested(receipt=existing, replayed=True)
 
-        public_id = uuid.uuid4()
-        recorded_at = timezone.now()
-        document = evidence_document(
-            producer,
-            receipt_id=str(public_id),
-            tenant_slug=tenant.slug,
-            tenant_name=tenant.name,
-            recorded_at=format_timestamp(recorded_at),
-            key_prefix=api_key.prefix,
-            redactions=redactions,
-        )
-        data = canonical_bytes(document)
-        signature, signing_key = keyring.sign(data)
-        receipt = Receipt.objects.create(
-            public_id=public_id,
-            tenant=tenant,
-            api_key=api_key,
-            recorded_at=recorded_at,
-            **columns_of(producer),
-            request_hash=request_hash,
-            canonical_bytes=data,
-            output_hash=sha256_hex(data),
-            signature=signature,
-            signing_key=signing_key,
-        )
+        receipt, data = _new_receipt(api_key, producer, redactions, request_hash)
+        receipt.save(force_insert=True)
         logged = log.append(receipt, data)  # and its signed checkpoint, in this transaction
     log.remember(logged)  # committed: now it may be remembered outside the database
-    # Fill the reverse one-to-one cache so answers need no further query.
-    receipt.log_entry = LogEntry(index=logged.size - 1, receipt=receipt)
+    _log_entry_cached(receipt, logged.size - 1)
     return Ingested(receipt=receipt, replayed=False)
+
+
+def _new_receipt(
+    api_key: ApiKey, producer: dict[str, Any], redactions: list[dict[str, Any]],
+    request_hash: str,
+) -> tuple[Receipt, bytes]:
+    """The receipt of a prepared producer's part, signed and not yet saved; and its bytes."""
+    public_id = uuid.uuid4()
+    recorded_at = timezone.now()
+    tenant = api_key.tenant
+    document = evidence_document(
+        producer,
+        receipt_id=str(public_id),
+        tenant_slug=tenant.slug,
+        tenant_name=tenant.name,
+        recorded_at=format_timestamp(recorded_at),
+        key_prefix=api_key.prefix,
+        redactions=redactions,
+    )
+    data = canonical_bytes(document)
+    signature, signing_key = keyring.sign(data)
+    receipt = Receipt(
+        public_id=public_id,
+        tenant=tenant,
+        api_key=api_key,
+        recorded_at=recorded_at,
+        **columns_of(producer),
+        request_hash=request_hash,
+        canonical_bytes=data,
+        output_hash=sha256_hex(data),
+        signature=signature,
+        signing_key=signing_key,
+    )
+    return receipt, data
+
+
+def _log_entry_cached(receipt: Receipt, index: int) -> None:
+    # Fill the reverse one-to-one cache so answers need no further query.
+    receipt.log_entry = LogEntry(index=index, receipt=receipt)
+
+
+def receipts_ingest(
+    *, api_key: ApiKey, payloads: Sequence[object]
+) -> list[Ingested | DocumentInvalid | IdempotencyKeyReused]:
+    """Store a batch: each payload processed in order as if it were posted alone (stored,
+    replayed, or refused with the exception receipt_ingest would raise), in one transaction
+    that takes the log's lock once, inserts the new receipts together, appends their leaves
+    and signs one checkpoint, remembered once.
+
+    Raises what receipt_ingest raises before storing anything (log.LogRollback,
+    keyring.CannotSign) when the site must not sign: then nothing of the batch is stored.
+    """
+    tenant = api_key.tenant
+    results: list[Ingested | DocumentInvalid | IdempotencyKeyReused] = []
+    batch = _Batch()
+    with transaction.atomic():
+        log.lock_for_append()
+        named = {
+            item.get("idempotency_key") for item in payloads if isinstance(item, dict)
+        } - {None}
+        keyed = {
+            receipt.idempotency_key: receipt
+            for receipt in Receipt.objects.select_related("log_entry").filter(
+                tenant=tenant, idempotency_key__in=[k for k in named if isinstance(k, str)]
+            )
+        }
+        for payload in payloads:
+            try:
+                producer, redactions = prepare(api_key, payload, batch)
+            except DocumentInvalid as error:
+                results.append(error)
+                continue
+            request_hash = sha256_hex(canonical_bytes(producer))
+            idempotency_key: str | None = producer.get("idempotency_key")
+            existing = (
+                batch.by_key.get(idempotency_key) or keyed.get(idempotency_key)
+                if idempotency_key is not None
+                else None
+            )
+            if existing is not None:
+                if existing.request_hash != request_hash:
+                    results.append(IdempotencyKeyReused(existing))
+                else:
+                    results.append(Ingested(receipt=existing, replayed=True))
+                continue
+            receipt, data = _new_receipt(api_key, producer, redactions, request_hash)
+            batch.add(receipt, data)
+            results.append(Ingested(receipt=receipt, replayed=False))
+        if not batch.stored:
+            return results
+        Receipt.objects.bulk_create([receipt for receipt, _ in batch.stored])
+        logged = log.append_many(batch.stored)
+    log.remember(logged)
+    first = logged.size - len(batch.stored)
+    for offset, (receipt, _) in enumerate(batch.stored):
+        _log_entry_cached(receipt, first + offset)
+    return results
 
 
 def decision_record(

@@ -7,6 +7,7 @@ signature or columns) comes out `invalid`, naming the check that failed.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
 
@@ -17,7 +18,7 @@ from django.utils import timezone
 from receiptsite.integrity import keys, merkle
 from receiptsite.integrity.canonical import is_canonical, sha256_hex
 from receiptsite.integrity.encoding import b64
-from receiptsite.receipts import log
+from receiptsite.receipts import log, memo
 from receiptsite.receipts.evidence import COLUMNS, columns_of
 from receiptsite.receipts.models import LogEntry, Receipt, SigningKey, format_timestamp
 
@@ -34,25 +35,49 @@ def _check(name: str, passed: bool, ok: str, failed: str) -> CheckResult:
     return {"name": name, "result": "fail", "detail": failed}
 
 
-def _record_matches(receipt: Receipt, data: bytes) -> tuple[bool, list[str]]:
-    """Compare every stored column with the document; return the names that disagree.
+@dataclass(frozen=True)
+class _Reading:
+    """What the stored bytes alone say. A receipt is immutable, so this is worked out once per
+    distinct bytes (content, not row: bytes changed behind the site's back are other bytes,
+    and are read afresh). The hash, the signature and the log proof are never kept."""
 
-    The columns are the declaration's (evidence.COLUMNS) plus the site's own: whatever a list
-    filter or an admin search reads is vouched for here.
-    """
+    canonical: bool
+    document: dict[str, Any] | None  # None: no JSON object (shared: read, never change it)
+    expected: dict[str, Any] | None  # the columns as the document says them
+
+
+@memo.of_bytes(maxsize=512)
+def read_bytes(data: bytes) -> _Reading:
+    """The reading of `data` (memoised per process, keyed by the bytes themselves: memo.py)."""
+    canonical = is_canonical(data)
     try:
         doc = json.loads(data)
-        if not isinstance(doc, dict):
-            raise TypeError("not an object")
-        expected: dict[str, Any] = {
+    except ValueError:  # not UTF-8, or not JSON
+        return _Reading(canonical, None, None)
+    if not isinstance(doc, dict):
+        return _Reading(canonical, None, None)
+    try:
+        expected = {
             "id": doc.get("id"),
             "tenant": (doc.get("tenant") or {}).get("slug"),
             "recorded_at": doc.get("recorded_at"),
             **columns_of(doc),
-            "output_hash": sha256_hex(data),
         }
-    except (ValueError, AttributeError, TypeError):
+    except (AttributeError, TypeError):
+        return _Reading(canonical, doc, None)
+    return _Reading(canonical, doc, expected)
+
+
+def _record_matches(receipt: Receipt, reading: _Reading, digest: str) -> tuple[bool, list[str]]:
+    """Compare every stored column with the document; return the names that disagree.
+
+    The columns are the declaration's (evidence.COLUMNS) plus the site's own: whatever a list
+    filter or an admin search reads is vouched for here. `digest` is the SHA-256 of the bytes,
+    recomputed for this request.
+    """
+    if reading.expected is None:
         return False, ["the document cannot be read"]
+    expected = {**reading.expected, "output_hash": digest}
     actual = {
         "id": receipt.uuid,
         "tenant": receipt.tenant.slug,
@@ -65,17 +90,18 @@ def _record_matches(receipt: Receipt, data: bytes) -> tuple[bool, list[str]]:
 
 
 def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
-    """The verification JSON (docs/verification.md) of a receipt fetched with
-    for_verification()."""
+    """The verification JSON (docs/verification.md) of a receipt fetched with its tenant,
+    signing key and log entry (Receipt.objects.verifiable() or for_verification())."""
     data = receipt.raw_bytes()
     signature = bytes(receipt.signature)
     key: SigningKey = receipt.signing_key
     checks: list[CheckResult] = []
+    reading = read_bytes(data)
 
     checks.append(
         _check(
             "canonical_form",
-            is_canonical(data),
+            reading.canonical,
             "The stored bytes are UTF-8 JSON in RFC 8785 form.",
             "The stored bytes are not UTF-8 JSON in RFC 8785 form: they were altered.",
         )
@@ -89,7 +115,7 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
             "SHA-256 of the stored bytes differs from the stored output hash.",
         )
     )
-    matches, wrong = _record_matches(receipt, data)
+    matches, wrong = _record_matches(receipt, reading, digest)
     checks.append(
         _check(
             "record_matches",

@@ -45,7 +45,7 @@ def _is_auditor(request: HttpRequest) -> bool:
 
 
 def _receipt(receipt_id: uuid.UUID) -> Receipt | None:
-    return Receipt.objects.for_verification().filter(public_id=receipt_id).first()
+    return Receipt.objects.verifiable(receipt_id)
 
 
 def _can_review(request: HttpRequest) -> bool:
