@@ -7,6 +7,7 @@ about a database server that can go away, which an SQLite file cannot.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import pwd
@@ -15,10 +16,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -304,3 +308,130 @@ def test_while_the_database_is_down_answers_are_503_and_the_site_recovers_by_its
         assert replay.status == 201 and replay.headers.get("Idempotent-Replayed") == "true"
         assert replay.json()["id"] == answer["id"]
     print(f"outage burst answered in {burst:.2f} s; recovered {recovery:.2f} s after restart")
+
+
+def test_a_load_running_through_an_outage_loses_nothing_and_stores_nothing_twice(
+    site: LiveSite, cluster: ThrowawayCluster
+) -> None:
+    """PostgreSQL stopped and started again while client threads keep posting receipts (each
+    with its idempotency key) and reading a verification, a page and /healthz."""
+    run = secrets.token_hex(4)
+    seed = site.post("/api/receipts", body_for(f"{run}-seed"))
+    assert seed.status == 201, (seed, site.logs())
+    seed_id = seed.json()["id"]
+    stop = threading.Event()
+    lock = threading.Lock()
+    bodies: dict[str, dict[str, object]] = {}  # every key posted, with its body
+    answered: dict[str, dict[str, object]] = {}  # key -> the 201's body
+    seen: list[tuple[str, Response]] = []  # (what, answer) for every answer
+    failures: list[object] = []  # a hang, a broken connection, a status not promised
+
+    def call(what: str, send: Callable[[], Response]) -> Response | None:
+        try:
+            answer = send()
+        except (OSError, http.client.HTTPException) as error:  # a timeout is a hang
+            failures.append((what, repr(error)))
+            return None
+        with lock:
+            seen.append((what, answer))
+        return answer
+
+    def poster(number: int) -> None:
+        sent = 0
+        while not stop.is_set():
+            body = body_for(f"{run}-load-{number}-{sent}")
+            key = str(body["idempotency_key"])
+            sent += 1
+            with lock:
+                bodies[key] = body
+            answer = call("POST", partial(site.post, "/api/receipts", body, timeout=BOUND + 5))
+            if answer is not None and answer.status == 201:
+                with lock:
+                    answered[key] = answer.json()
+            else:
+                time.sleep(0.1)  # a producer backs off (and replays this key later)
+
+    def reader(number: int) -> None:
+        paths = [f"/api/receipt/{seed_id}/verify", f"/run/{seed_id}", "/healthz"]
+        turn = number
+        while not stop.is_set():
+            path = paths[turn % len(paths)]
+            turn += 1
+            call(path, partial(site.get, path, timeout=BOUND + 5))
+            time.sleep(0.02)
+
+    recovered = None
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        futures = [pool.submit(poster, n) for n in range(4)]
+        futures += [pool.submit(reader, n) for n in range(2)]
+        try:
+            time.sleep(1.0)
+            cluster.stop("fast")
+            stopped = time.monotonic()
+            time.sleep(3.0)
+            cluster.start()
+            # Recovery by itself, seen by the load: a 201 after the restart.
+            with lock:
+                mark = len(seen)
+            while recovered is None:
+                assert time.monotonic() - stopped < RECOVERY, (site.logs(), cluster.log())
+                time.sleep(0.2)
+                with lock:
+                    later = seen[mark:]
+                if any(what == "POST" and answer.status == 201 for what, answer in later):
+                    recovered = time.monotonic() - stopped
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            if not cluster.running():
+                cluster.start()
+            for future in futures:
+                future.result(timeout=60)
+
+    assert not failures, (failures[:5], site.logs()[-4000:])
+    for what, answer in seen:
+        if answer.status == 503:
+            if what != f"/run/{seed_id}":  # the page's 503 is a page for people
+                assert_problem_503(answer, what, "")
+        else:
+            assert answer.status == (201 if what == "POST" else 200), (what, answer)
+        assert answer.elapsed < BOUND, (what, f"{answer.elapsed:.2f} s")
+    statuses = {(what, answer.status) for what, answer in seen}
+    assert ("POST", 503) in statuses and ("/healthz", 503) in statuses, statuses
+    assert ("/healthz", 200) in statuses, statuses
+
+    # Every key not answered 201 is replayed: it returns the receipt stored before its answer
+    # was lost, or stores it now.
+    unanswered = [key for key in bodies if key not in answered]
+    for key, body in bodies.items():
+        if key not in answered:
+            replay = site.post("/api/receipts", body)
+            assert replay.status == 201, (replay, site.logs())
+            answered[key] = replay.json()
+    ids = {key: str(answer["id"]) for key, answer in answered.items()}
+    assert len(set(ids.values())) == len(ids) == len(bodies)
+    listed: list[str] = []
+    cursor = ""
+    while True:
+        page = site.get(f"/api/receipts?limit=200{cursor}", key=site.api_key)
+        assert page.status == 200, page
+        listed += [str(r["id"]) for r in page.json()["receipts"]
+                   if str(r["workflow_id"]).startswith(f"faults-{run}-load-")]  # fmt: skip
+        if not page.json()["next_cursor"]:
+            break
+        cursor = f"&cursor={quote(page.json()['next_cursor'])}"
+    # No receipt exists that was neither answered nor found again by its key.
+    assert sorted(listed) == sorted(ids.values())
+    for stored in answered.values():
+        verdict = site.get(f"/api/receipt/{stored['id']}/verify")
+        assert verdict.status == 200 and verdict.json()["status"] == "valid", verdict
+        assert verdict.json()["log"]["index"] == stored["log_index"]
+    # The log has no gap: checklog recomputes the tree from every stored receipt.
+    assert "OK:" in site.manage("checklog")
+    size = int(site.get("/api/log/checkpoint").text.split("\n")[1])
+    assert len({stored["log_index"] for stored in answered.values()}) == len(answered)
+    assert all(int(str(stored["log_index"])) < size for stored in answered.values())
+    print(
+        f"{len(bodies)} keys posted, {len(unanswered)} replayed; "
+        f"recovered {recovered:.2f} s after the stop"
+    )

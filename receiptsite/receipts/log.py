@@ -10,19 +10,22 @@ Writes sign, reads never do:
   and the new tree head is signed and its note stored in that same transaction
   (sign_appended): one commit makes the receipt, its leaf and its checkpoint visible
   together, so a receipt answered 201 is always in a stored checkpoint, and a transaction
-  that rolls back takes its note with it. Commands sign too (`migrate`, `signcheckpoint`),
-  for the empty tree and after a key rotation.
+  that rolls back takes its note with it. A batch stores all its receipts in one such
+  transaction and appends their leaves together (append_many): one lock, one signed note.
+  Commands sign too (`migrate`, `signcheckpoint`), for the empty tree and after a key
+  rotation.
 - Reads (published()) serve the latest stored note, in one query, and write nothing. A tree
   stored without its note (by an older release, or a process that died between the two) is
   `pending` for verification until the next write signs it (lock_for_append catches up).
 
 The largest tree the site has signed is also remembered in LOG_STATE_FILE, outside the
-database, once the storing transaction has committed (remember(): a state file that ran
-ahead of a commit that then failed would make the site refuse its own log for good). A
-process that dies between the commit and that write leaves the file one tree behind, which
-the next write catches up. After a restore from an old backup the site refuses to sign a
-tree that does not extend the remembered one, ingest answers 503 and stores nothing, and
-reads answer 503 or fail the inclusion check (LogRollback).
+database, and with REDIS_URL in Redis as well, where every host of the site sees what the
+others signed (receipts/logstate.py); both once the storing transaction has committed
+(remember(): a state that ran ahead of a commit that then failed would make the site refuse
+its own log for good). A process that dies between the commit and that write leaves the state
+one tree behind, which the next write catches up. After a restore from an old backup the site
+refuses to sign a tree that does not extend the remembered one, ingest answers 503 and stores
+nothing, and reads answer 503 or fail the inclusion check (LogRollback).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from django.utils import timezone
 from receiptsite.integrity import merkle, note
 from receiptsite.integrity.encoding import b64, b64decode
 from receiptsite.problems import Problem
-from receiptsite.receipts import keyring
+from receiptsite.receipts import keyring, logstate
 from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt, SignedCheckpoint
 
 logger = logging.getLogger(__name__)
@@ -229,9 +232,19 @@ def remember(current: Head) -> None:
     """Record a signed tree in LOG_STATE_FILE. Call after the transaction that stored its
     note has committed, never before: a state file that ran ahead of a commit that then
     failed would make the site refuse its own log."""
-    known = read_state()
+    blocks = connection.atomic_blocks
+    if blocks and not getattr(blocks[0], "_from_testcase", False):
+        # The storing transaction is nested in an outer one (a tenant request's, which writes
+        # its audit-log entry before it commits): remember once that one has committed. The
+        # transaction a test case wraps each test in never commits: inside it, as for
+        # Django's durable blocks, the blocks within count as outermost.
+        transaction.on_commit(functools.partial(remember, current))
+        return
+    known = _read_file()
     if known is None or known.size < current.size:
         _remember(current)
+    else:
+        logstate.write(_state_body(current))
 
 
 def sign_head() -> None:
@@ -245,32 +258,48 @@ def sign_head() -> None:
 
 def append(receipt: Receipt, data: bytes) -> Head:
     """Append a receipt's canonical bytes as the next leaf, and sign the new head; return that
-    head (the leaf's index is its size - 1).
+    head (the leaf's index is its size - 1). See append_many()."""
+    return append_many([(receipt, data)])
 
-    Must run inside the transaction that stores the receipt, after lock_for_append().
-    O(log n): reads the frontier of complete subtrees, writes the new ones, the new head and
-    its signed note.
+
+def append_many(stored: Sequence[tuple[Receipt, bytes]]) -> Head:
+    """Append each receipt's canonical bytes as the next leaf, in order, and sign the final
+    head once; return that head (the last leaf's index is its size - 1).
+
+    Must run inside the transaction that stores the receipts, after lock_for_append().
+    O(k log n) for k leaves, in a constant number of statements: reads the frontier of
+    complete subtrees once, then writes the k entries, the new nodes, a head per new size
+    (so every size keeps its root) and one signed note.
     """
+    if not stored:
+        raise ValueError("nothing to append")
     current = head()
-    frontier = _nodes(merkle.nodes_for_append(current.size))
-    new_nodes, root = merkle.append(current.size, merkle.leaf_hash(data), frontier)
+    nodes = _nodes(merkle.nodes_for_append(current.size))
+    size, root = current.size, current.root
     now = connection.ops.adapt_datetimefield_value(timezone.now())
+    entries: list[tuple[int, int]] = []
+    new_nodes: list[tuple[int, bytes]] = []
+    heads: list[tuple[int, bytes, str, Any]] = []
+    for receipt, data in stored:
+        frontier = {node: nodes[node] for node in merkle.nodes_for_append(size)}
+        added, root = merkle.append(size, merkle.leaf_hash(data), frontier)
+        nodes.update(added)
+        new_nodes += [(LogNode.node_key(level, i), digest) for (level, i), digest in added.items()]
+        entries.append((size, receipt.pk))
+        size += 1
+        heads.append((size, root, current.origin, now))
     index = connection.ops.quote_name("index")
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {_ENTRY} ({index}, receipt_id) VALUES (%s, %s)",
-            [current.size, receipt.pk],
-        )
         cursor.executemany(
-            f"INSERT INTO {_NODE} (key, hash) VALUES (%s, %s)",
-            [(LogNode.node_key(level, i), digest) for (level, i), digest in new_nodes.items()],
+            f"INSERT INTO {_ENTRY} ({index}, receipt_id) VALUES (%s, %s)", entries
         )
-        cursor.execute(
+        cursor.executemany(f"INSERT INTO {_NODE} (key, hash) VALUES (%s, %s)", new_nodes)
+        cursor.executemany(
             f"INSERT INTO {_HEAD} (tree_size, root_hash, origin, created_at) "
             "VALUES (%s, %s, %s, %s)",
-            [current.size + 1, root, current.origin, now],
+            heads,
         )
-    new_head = Head(origin=current.origin, size=current.size + 1, root=root)
+    new_head = Head(origin=current.origin, size=size, root=root)
     sign_appended(new_head)
     return new_head
 
@@ -325,7 +354,14 @@ def _state_path() -> Path:
 _state_cache: dict[str, tuple[tuple[str, int, int, int], Head]] = {}
 
 
-def read_state() -> Head | None:
+def _state_head(data: Any) -> Head:
+    return Head(
+        origin=data["origin"], size=int(data["tree_size"]), root=b64decode(data["root_hash"])
+    )
+
+
+def _read_file() -> Head | None:
+    """The tree remembered in this host's LOG_STATE_FILE."""
     path = _state_path()
     try:
         info = path.stat()
@@ -333,10 +369,7 @@ def read_state() -> Head | None:
         cached = _state_cache.get("state")
         if cached and cached[0] == stamp:
             return cached[1]
-        data = json.loads(path.read_text())
-        state = Head(
-            origin=data["origin"], size=int(data["tree_size"]), root=b64decode(data["root_hash"])
-        )
+        state = _state_head(json.loads(path.read_text()))
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as error:
@@ -345,22 +378,45 @@ def read_state() -> Head | None:
     return state
 
 
+def read_state() -> Head | None:
+    """The largest tree remembered: in LOG_STATE_FILE, or, with REDIS_URL, in Redis, where
+    every host records what it signs (receipts/logstate.py); None before the first."""
+    state = _read_file()
+    try:
+        shared = logstate.read()
+        other = _state_head(shared) if shared is not None else None
+    except (ValueError, KeyError, TypeError) as error:
+        raise LogRollback(f"the tree remembered in Redis is unreadable ({error})") from None
+    if other is None or (state is not None and state.size > other.size):
+        return state
+    if state is not None and state.size == other.size and state.root != other.root:
+        problem = (
+            f"the trees of {state.size} leaves remembered in LOG_STATE_FILE and in Redis "
+            "differ (do the hosts share one database?)"
+        )
+        logger.critical("transparency log: refusing to sign: %s", problem)
+        raise LogRollback(problem)
+    return other
+
+
+def _state_body(current: Head) -> dict[str, Any]:
+    return {"origin": current.origin, "tree_size": current.size, "root_hash": b64(current.root)}
+
+
 def _remember(current: Head) -> None:
-    """Record `current` as the largest signed tree, unless another process already recorded a
-    larger one. A lock file keeps two processes from writing out of order."""
+    """Record `current` as the largest signed tree, in LOG_STATE_FILE unless another process
+    already recorded a larger one there (a lock file keeps two processes from writing out of
+    order), and in Redis with REDIS_URL (an atomic "keep the larger")."""
     path = _state_path()
+    body = _state_body(current)
+    logstate.write(body)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            known = read_state()
+            known = _read_file()
             if known is not None and known.size >= current.size:
                 return
-            body = {
-                "origin": current.origin,
-                "tree_size": current.size,
-                "root_hash": b64(current.root),
-            }
             temporary = path.with_suffix(path.suffix + ".tmp")
             temporary.write_text(json.dumps(body) + "\n")
             os.replace(temporary, path)
