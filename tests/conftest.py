@@ -97,6 +97,16 @@ def other_producer(other_key: str) -> Producer:
     return Producer(Client(), other_key)
 
 
+def row_security_statements(route: str) -> int:
+    """What PostgreSQL's row-level security adds to the statements of one request, as a test
+    counts them (inside the test's transaction, a request's BEGIN and COMMIT are a SAVEPOINT
+    and its RELEASE): a tenant route's `set_config` and that pair, a public route of one
+    receipt its `set_config` and the reset after. Nothing on SQLite (receipts/rowsecurity.py)."""
+    if connection.vendor != "postgresql":
+        return 0
+    return {"tenant": 3, "receipt": 2}[route]
+
+
 def lift_guard(table: str) -> None:
     """The one documented maintenance path around the append-only triggers, for tests only:
     drop the table's triggers inside the test's transaction (rolled back after the test)."""

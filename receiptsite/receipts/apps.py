@@ -6,6 +6,8 @@ from django.apps import AppConfig
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models.signals import post_migrate
 
+from receiptsite.receipts import rowsecurity
+
 
 class ReceiptsConfig(AppConfig):
     name = "receiptsite.receipts"
@@ -14,6 +16,7 @@ class ReceiptsConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(sign_after_migrate, sender=self)
+        post_migrate.connect(rowsecurity.after_migrate, sender=self)
 
 
 def sign_after_migrate(*, using: str, stdout: Any = None, **kwargs: Any) -> None:

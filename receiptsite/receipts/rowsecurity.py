@@ -1,0 +1,314 @@
+"""Tenant isolation enforced by PostgreSQL too: row-level security on the tenant-scoped tables.
+
+The code scopes every query by tenant; these policies make a query that forgot to do so return
+nothing instead of another tenant's rows. They bind a role that does not own the tables:
+
+- The owner (the role `migrate` runs as) owns every table, so it bypasses row-level security
+  (tables do not FORCE it): `migrate`, `createtenant`, `createapikey`, `checklog` and the other
+  commands see every row. A superuser always bypasses it, which is why the default (one
+  DATABASE_URL, the quickstart's and the test suite's) works unchanged: the policies exist
+  there too and bind nobody.
+- The site role (the DATABASE_URL gunicorn runs with) owns nothing, is no superuser and has no
+  BYPASSRLS. `migrate` run with DATABASE_SITE_ROLE=<role> grants it exactly what `grants()`
+  says: SELECT and INSERT on the append-only tables (the ones 0002's trigger guards), SELECT on
+  django_migrations, SELECT/INSERT/UPDATE/DELETE on the rest, nothing on the audit log's prune
+  permits (only `pruneauditlog`, run as the owner, writes them); no TRUNCATE, no DDL.
+
+What the site role may see of a scoped table is the union of these policies, each of which
+matches nothing while its setting is unset:
+
+- `receiptsite_tenant`: rows of the tenant in `app.tenant_id`, for reads and writes (an INSERT
+  for another tenant is refused). A tenant API request runs in one transaction whose first
+  statement sets it with `set_config(..., true)`, i.e. SET LOCAL: it ends with the transaction
+  (tenant_transaction, used by http.api_route). The request's API audit entry is written in
+  that transaction too, so the audit table is scoped like the receipts. The rate limit's token
+  is taken before it opens, so that the bucket's row is not locked for the whole request.
+- `receiptsite_public`: reads of the rows whose public id is in `app.receipt_ids`. A public
+  route with a receipt id in its path (the page, its hand-off text, the verification JSON)
+  names that one id (receipt_scope, used by http.capability and http.api_route), and the page
+  adds the receipts the document itself links to (reveal). A query there cannot list: it sees
+  the receipts it named by id and no other. This scope is a session setting, set before the
+  view and cleared after it, rather than a transaction: it only ever shows rows that are public
+  to anyone holding their id, and the view's own writes (a rate-limit bucket, an auditor's
+  decision) keep their short transactions.
+- `receiptsite_auditor`: reads of every row while `app.auditor` is `on`, set with SET LOCAL by
+  AuditorScopeMiddleware for a signed-in staff user's admin request: auditors review every
+  tenant.
+
+Tenants and API keys are not row-scoped: a key is found by its public prefix before any tenant
+is known, and neither table holds evidence (a key is stored as its prefix and a digest). The
+log's tables are public by design.
+
+The settings guard against a query the code forgot to scope, not against code that runs SQL
+of its choice as the site role: such code could set them too (as it could read the signing
+key). On SQLite there is no row-level security; nothing here runs there, and no read is put in
+a transaction (BEGIN IMMEDIATE would take the write lock for nothing).
+
+SCOPED is the one list: adding a tenant-scoped table is one line there (its name, its tenant
+column, and the public id column if receipts of it are read by id), and the next `migrate`
+installs its policies (post_migrate re-applies the list, so a table created after 0008 is
+covered too).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+
+
+@dataclass(frozen=True)
+class Scoped:
+    """A tenant-scoped table: its name, its tenant column, and the column of the public id a
+    public route reads one row by (None: no public reads)."""
+
+    table: str
+    tenant_column: str
+    public_column: str | None = None
+
+
+SCOPED: list[Scoped] = [
+    Scoped("receipts_receipt", "tenant_id", public_column="public_id"),
+    Scoped("audit_auditentry", "tenant_id"),
+]
+
+TENANT = "app.tenant_id"
+PUBLIC = "app.receipt_ids"
+AUDITOR = "app.auditor"
+
+POLICIES = ("receiptsite_tenant", "receiptsite_public", "receiptsite_auditor")
+
+# The append-only tables are those the immutability trigger guards (migrations 0002): the
+# database says which, so the grants follow every table that gets the trigger.
+_APPEND_ONLY = """
+SELECT DISTINCT c.relname FROM pg_trigger t
+JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid
+WHERE p.proname = 'receiptsite_refuse_change' AND NOT t.tgisinternal
+"""
+_TABLES = """
+SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND n.nspname = 'public'
+"""
+READ_ONLY_TABLES = ("django_migrations",)
+# Written by commands run as the owner, never by the site: the permit to prune the audit log.
+OWNER_ONLY_TABLES = ("audit_prunepermit",)
+
+
+def _setting(name: str) -> str:
+    # Unset, and after a SET LOCAL ended, a custom setting reads NULL or '': both match nothing.
+    return f"nullif(current_setting('{name}', true), '')"
+
+
+def policies(scoped: Scoped) -> list[str]:
+    """The statements that (re)install the policies of one table."""
+    table = scoped.table
+    tenant = f"{scoped.tenant_column} = {_setting(TENANT)}::bigint"
+    statements = [f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY"]
+    statements += [f"DROP POLICY IF EXISTS {name} ON {table}" for name in POLICIES]
+    statements += [
+        f"CREATE POLICY receiptsite_tenant ON {table} USING ({tenant}) WITH CHECK ({tenant})",
+        f"CREATE POLICY receiptsite_auditor ON {table} FOR SELECT "
+        f"USING (current_setting('{AUDITOR}', true) = 'on')",
+    ]
+    if scoped.public_column:
+        statements.append(
+            f"CREATE POLICY receiptsite_public ON {table} FOR SELECT USING "
+            f"({scoped.public_column} = ANY (string_to_array({_setting(PUBLIC)}, ',')::uuid[]))"
+        )
+    return statements
+
+
+def _tables(db: BaseDatabaseWrapper) -> set[str]:
+    with db.cursor() as cursor:
+        cursor.execute(_TABLES)
+        return {name for (name,) in cursor.fetchall()}
+
+
+_INSTALLED = """
+SELECT c.relname, c.relrowsecurity, coalesce(array_agg(p.polname) FILTER (WHERE p.polname IS
+NOT NULL), '{}') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_policy p ON p.polrelid = c.oid
+WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') GROUP BY c.relname, c.relrowsecurity
+"""
+
+
+def _expected(scoped: Scoped) -> set[str]:
+    names = set(POLICIES)
+    return names if scoped.public_column else names - {"receiptsite_public"}
+
+
+def install(db: BaseDatabaseWrapper) -> None:
+    """Install the policies of every listed table that exists and lacks them (PostgreSQL;
+    nothing elsewhere). A table whose policies are in place is left alone: no DDL, which a
+    transaction with pending deferred checks (a test's) would refuse."""
+    if db.vendor != "postgresql":
+        return
+    with db.cursor() as cursor:
+        cursor.execute(_INSTALLED)
+        installed = {name: (enabled, set(names)) for name, enabled, names in cursor.fetchall()}
+    missing = [
+        scoped for scoped in SCOPED
+        if scoped.table in installed and installed[scoped.table] != (True, _expected(scoped))
+    ]
+    if not missing:
+        return
+    with transaction.atomic(using=db.alias), db.cursor() as cursor:
+        for scoped in missing:
+            for statement in policies(scoped):
+                cursor.execute(statement)
+
+
+def remove(db: BaseDatabaseWrapper) -> None:
+    if db.vendor != "postgresql":
+        return
+    existing = _tables(db)
+    with transaction.atomic(using=db.alias), db.cursor() as cursor:
+        for scoped in SCOPED:
+            if scoped.table in existing:
+                for name in POLICIES:
+                    cursor.execute(f"DROP POLICY IF EXISTS {name} ON {scoped.table}")
+                cursor.execute(f"ALTER TABLE {scoped.table} DISABLE ROW LEVEL SECURITY")
+
+
+def grants(db: BaseDatabaseWrapper, role: str) -> list[str]:
+    """The statements that give the site role what it needs and nothing more."""
+    role = db.ops.quote_name(role)
+    with db.cursor() as cursor:
+        cursor.execute(_APPEND_ONLY)
+        append_only = {name for (name,) in cursor.fetchall()}
+    statements = [
+        f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}",
+        f"GRANT USAGE ON SCHEMA public TO {role}",
+        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}",
+    ]
+    for table in sorted(_tables(db) - set(OWNER_ONLY_TABLES)):
+        if table in append_only:
+            privileges = "SELECT, INSERT"
+        elif table in READ_ONLY_TABLES:
+            privileges = "SELECT"
+        else:
+            privileges = "SELECT, INSERT, UPDATE, DELETE"
+        statements.append(f"GRANT {privileges} ON {table} TO {role}")
+    return statements
+
+
+def grant(db: BaseDatabaseWrapper, role: str) -> None:
+    with transaction.atomic(using=db.alias), db.cursor() as cursor:
+        for statement in grants(db, role):
+            cursor.execute(statement)
+
+
+def after_migrate(*, using: str, **kwargs: Any) -> None:
+    """post_migrate: the policies of every listed table (one added after 0008 included), and
+    the site role's grants when DATABASE_SITE_ROLE names it."""
+    from django.db import connections
+    from django.db.migrations.recorder import MigrationRecorder
+
+    db = connections[using]
+    if db.vendor != "postgresql":
+        return
+    if ("receipts", "0008_row_level_security") not in MigrationRecorder(db).applied_migrations():
+        return  # migrated back before the policies: leave them off
+    install(db)
+    if settings.DATABASE_SITE_ROLE:
+        grant(db, settings.DATABASE_SITE_ROLE)
+
+
+# --- the scopes of a request ------------------------------------------------------------------
+
+
+def _set(name: str, value: str, *, local: bool) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config(%s, %s, %s)", [name, value, local])
+
+
+@contextmanager
+def tenant_transaction(tenant_id: int) -> Iterator[None]:
+    """On PostgreSQL, one transaction whose first statement sets the tenant (SET LOCAL); the
+    block's queries see that tenant's rows only. On SQLite, nothing: the block's own writes
+    take their transactions as before."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    escaped: Exception | None = None
+    with transaction.atomic():
+        _set(TENANT, str(tenant_id), local=True)
+        try:
+            yield
+        except DatabaseError:
+            raise
+        except Exception as error:
+            # A fault of the site (a 500) keeps what was written before it, as it would
+            # without this transaction (the view's own atomic blocks have rolled theirs
+            # back): the 500's audit entry, for one.
+            escaped = error
+    if escaped is not None:
+        raise escaped
+
+
+_public_scope: ContextVar[bool] = ContextVar("receiptsite_public_scope", default=False)
+
+
+@contextmanager
+def receipt_scope(receipt_id: uuid.UUID | str) -> Iterator[None]:
+    """On PostgreSQL, the block may read the receipt with this public id (and those reveal()
+    adds), and no other: set before, cleared after."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    _set(PUBLIC, str(uuid.UUID(str(receipt_id))), local=False)
+    token = _public_scope.set(True)
+    try:
+        yield
+    finally:
+        _public_scope.reset(token)
+        try:
+            _set(PUBLIC, "", local=False)
+        except DatabaseError:
+            connection.close()  # a connection that cannot forget the scope is not reused
+
+
+def reveal(receipt_ids: Iterable[str]) -> None:
+    """Inside receipt_scope: the receipts the scoped one's own document links to become
+    readable too (by id: still no listing). Elsewhere nothing: a tenant sees its own."""
+    ids = [str(uuid.UUID(str(i))) for i in receipt_ids]
+    if not ids or connection.vendor != "postgresql" or not _public_scope.get():
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT set_config(%s, concat_ws(',', {_setting(PUBLIC)}, %s), false)",
+            [PUBLIC, ",".join(ids)],
+        )
+
+
+@functools.cache
+def _admin_prefix() -> str:
+    return reverse("admin:index")
+
+
+class AuditorScopeMiddleware:
+    """The admin's requests of a signed-in staff user read every tenant's rows (PostgreSQL):
+    one transaction with `app.auditor` set (SET LOCAL). After AuthenticationMiddleware."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if connection.vendor != "postgresql" or not request.path.startswith(_admin_prefix()):
+            return self.get_response(request)
+        user = getattr(request, "user", None)
+        if user is None or not (user.is_active and user.is_staff):
+            return self.get_response(request)
+        with transaction.atomic():
+            _set(AUDITOR, "on", local=True)
+            return self.get_response(request)
