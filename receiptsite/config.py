@@ -162,6 +162,26 @@ def log_level(text: str) -> str:
     return level
 
 
+# --- AUDIT_LOG_DAYS ------------------------------------------------------------------------
+
+# A hundred years: beyond that a cutoff would leave the calendar (and is "keep for ever").
+AUDIT_LOG_MAX_DAYS = 36_500
+
+
+def audit_log_days(text: str) -> int:
+    """How many days API audit-log entries are kept (`pruneauditlog` removes older ones):
+    a whole number from 1 to 36500; empty is the default, 400."""
+    value = text.strip()
+    if not value:
+        return 400
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= AUDIT_LOG_MAX_DAYS:
+        raise ConfigurationError(
+            "AUDIT_LOG_DAYS",
+            f"must be a whole number of days from 1 to {AUDIT_LOG_MAX_DAYS}, not {value!r}",
+        )
+    return int(value)
+
+
 # --- SIGNING_KEY_FILE ----------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ stop with one line naming it. Nothing read here is read again later.
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -102,6 +103,13 @@ if not env("DATABASE_URL"):
 DATABASES = {
     "default": database(env("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'receiptsite.sqlite3'}")
 }
+# The role the site runs as on PostgreSQL when it is not the owner (README, "Database
+# roles"): `migrate`, run as the owner, grants it what it needs. Unset: nothing is granted.
+DATABASE_SITE_ROLE = env("DATABASE_SITE_ROLE")
+if DATABASE_SITE_ROLE and not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", DATABASE_SITE_ROLE):
+    raise ConfigurationError(
+        "DATABASE_SITE_ROLE", f"must be a plain role name (a-z, 0-9, _), not {DATABASE_SITE_ROLE!r}"
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
@@ -114,6 +122,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "axes",
     "receiptsite.receipts",
+    "receiptsite.audit",
 ]
 
 MIDDLEWARE = [
@@ -129,6 +138,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # On PostgreSQL a staff user's admin requests read every tenant (receipts/rowsecurity.py).
+    "receiptsite.receipts.rowsecurity.AuditorScopeMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -257,6 +268,10 @@ CACHES = {
     if REDIS_URL
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 }
+
+# AUDIT_LOG_DAYS: how long API audit-log entries are kept; `manage.py pruneauditlog` removes
+# older ones (the one path the database lets delete them).
+AUDIT_LOG_DAYS = config.audit_log_days(env("AUDIT_LOG_DAYS"))
 
 # One configuration for Django and gunicorn (gunicorn.conf.py uses these two names too).
 LOG_LEVEL = config.log_level(env("LOG_LEVEL", "info"))

@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import path, register_converter
 from django.views.i18n import JavaScriptCatalog
 
+from receiptsite.audit import views as audit_views
 from receiptsite.receipts import api, views
 from receiptsite.receipts.http import ReceiptIdConverter
 
@@ -18,6 +19,7 @@ urlpatterns = [
     path("api/receipts", api.receipts, name="api-receipts"),
     path("api/receipts/batch", api.receipts_batch, name="api-receipts-batch"),
     path("api/receipts/<receipt_id:receipt_id>", api.receipt_detail, name="api-receipt-detail"),
+    path("api/audit-logs", audit_views.audit_logs, name="api-audit-logs"),
     path("api/receipt/<receipt_id:receipt_id>/verify", api.receipt_verification, name="api-verify"),
     path(".well-known/receipt-keys.json", api.keys_document, name="receipt-keys"),
     path("api/log/checkpoint", api.checkpoint, name="log-checkpoint"),

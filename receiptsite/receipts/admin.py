@@ -15,6 +15,7 @@ from django.template.loader import render_to_string
 from django.urls import path
 from django.utils.html import format_html
 
+from receiptsite.audit.admin import request_that_stored
 from receiptsite.receipts.models import (
     ApiKey,
     Receipt,
@@ -115,8 +116,10 @@ class ReceiptAdmin(ReadOnlyAdmin):
     list_select_related = ["tenant"]
     fields = readonly_fields = ("plain_summary", "public_link", "public_id", "tenant",
                                 "recorded_at", "workflow_id", "phase", "subject_name",
-                                "outcome", "idempotency_key", "output_hash")
+                                "outcome", "idempotency_key", "output_hash",
+                                "request_that_stored")
     inlines = [DecisionInline]
+    request_that_stored = staticmethod(request_that_stored)  # from the API audit log
 
     @admin.display(description="Summary")
     def plain_summary(self, obj: Receipt) -> str:

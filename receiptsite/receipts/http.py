@@ -17,8 +17,9 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from receiptsite.audit.recording import audited
 from receiptsite.problems import Problem
-from receiptsite.receipts import ratelimit
+from receiptsite.receipts import ratelimit, rowsecurity
 from receiptsite.receipts.models import ApiKey
 
 View = Callable[..., HttpResponse]
@@ -61,11 +62,14 @@ def set_capability_headers(response: HttpResponse) -> HttpResponse:
 
 
 def capability(view: View) -> View:
-    """For pages whose path holds a receipt id (API routes say `capability=True`)."""
+    """For pages whose path holds a receipt id (API routes say `capability=True`). On
+    PostgreSQL the page reads that receipt by its id, and cannot list (rowsecurity)."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        return set_capability_headers(view(request, *args, **kwargs))
+        with rowsecurity.receipt_scope(kwargs["receipt_id"]):
+            response = view(request, *args, **kwargs)
+        return set_capability_headers(response)
 
     return wrapper
 
@@ -122,9 +126,27 @@ def api_route(
                     key = authenticate(request)
                     cast(TenantRequest, request).api_key = key
                     who = key.prefix
-                if rate and method in rate:
-                    throttle(rate[method], who)
-                response = view(request, *args, **kwargs)
+                limit = functools.partial(throttle, rate[method], who) if (
+                    rate and method in rate) else None
+                serve = functools.partial(view, request, *args, **kwargs)
+                if tenant:
+                    # One API audit entry per request of a tenant (receiptsite/audit), written
+                    # in the request's transaction; on PostgreSQL that transaction first sets
+                    # the tenant, for row-level security (receipts/rowsecurity.py). The rate
+                    # limit's token is taken before it opens, so that the bucket's row is not
+                    # locked for the whole request; `audited` answers and logs a refusal.
+                    replay = _taken_now(limit)
+                    with rowsecurity.tenant_transaction(key.tenant_id):
+                        response = audited(request, replay, serve)
+                else:
+                    if limit is not None:
+                        limit()
+                    if capability:
+                        # A public read of one receipt by its id: it sees that receipt only.
+                        with rowsecurity.receipt_scope(kwargs["receipt_id"]):
+                            response = serve()
+                    else:
+                        response = serve()
             except Problem as error:
                 response = error.response()
             if capability:
@@ -136,6 +158,24 @@ def api_route(
         return csrf_exempt(wrapper)
 
     return decorator
+
+
+def _taken_now(limit: Callable[[], None] | None) -> Callable[[], None] | None:
+    """Take the rate limit's token now, before the tenant's transaction opens, and return what
+    replays the outcome where `audited` takes it: nothing when it was granted, the same 429
+    Problem when it was refused."""
+    if limit is None:
+        return limit
+    try:
+        limit()
+    except Problem as error:
+        refused = error  # the name `error` ends with the except clause
+
+        def refuse_again() -> None:
+            raise refused
+
+        return refuse_again
+    return None
 
 
 # --- rate limits: token buckets shared by every worker and host (receipts/ratelimit.py) ------

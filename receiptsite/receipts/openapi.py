@@ -112,6 +112,40 @@ LIST_PARAMS = [
     ]
 ]
 
+AUDIT_FILTERS: list[tuple[str, dict[str, Any]]] = [
+        ("request_id", {"type": "string", "pattern": NO_NUL}),
+        ("key_prefix", {"type": "string", "pattern": NO_NUL}),
+        ("status", {"type": "integer", "minimum": 100, "maximum": 599}),
+        ("receipt_id", UUID),
+        ("since", TIMESTAMP),
+        ("until", TIMESTAMP),
+        ("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
+        ("cursor", STRING),
+]
+AUDIT_PARAMS = [
+    {"name": name, "in": "query", "required": False, "schema": _or_empty(schema)}
+    for name, schema in AUDIT_FILTERS
+]
+
+AUDIT_ENTRY = {
+    "type": "object",
+    "required": ["id", "at", "request_id", "key_prefix", "method", "route", "status",
+                 "problem_type", "receipt_ids", "duration_ms"],
+    "properties": {
+        "id": {"type": "integer"},
+        "at": TIMESTAMP,
+        "request_id": STRING,
+        "key_prefix": STRING,
+        "method": STRING,
+        "route": {"type": "string", "description": "The route's pattern, e.g. "
+                  "`GET /api/receipts/{id}`; never a path holding a receipt id."},
+        "status": {"type": "integer"},
+        "problem_type": {"type": ["string", "null"]},
+        "receipt_ids": {"type": "array", "items": UUID},
+        "duration_ms": {"type": "integer", "minimum": 0},
+    },
+}
+
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
@@ -143,6 +177,7 @@ OPENAPI: dict[str, Any] = {
             "IngestAnswer": INGEST_ANSWER,
             "Summary": SUMMARY,
             "Verification": VERIFICATION,
+            "AuditEntry": AUDIT_ENTRY,
         },
     },
     "paths": {
@@ -233,6 +268,30 @@ OPENAPI: dict[str, Any] = {
                 "responses": {
                     "200": _json("The summary and the document", _ref("Summary")),
                     "404": _problem("No receipt of this tenant has this id"),
+                    **AUTH_ERRORS,
+                },
+            }
+        },
+        "/api/audit-logs": {
+            "get": {
+                "summary": "The tenant's API audit log, newest first",
+                "operationId": "listAuditLog",
+                "security": [{"apiKey": []}],
+                "parameters": AUDIT_PARAMS,
+                "responses": {
+                    "200": _json(
+                        "A page of entries",
+                        {
+                            "type": "object",
+                            "required": ["entries", "next_cursor"],
+                            "properties": {
+                                "entries": {"type": "array", "items": _ref("AuditEntry")},
+                                "next_cursor": {"type": ["string", "null"]},
+                            },
+                        },
+                    ),
+                    "400": _problem("A query parameter is not valid"),
+                    "429": _problem("Too many requests"),
                     **AUTH_ERRORS,
                 },
             }

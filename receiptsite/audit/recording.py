@@ -1,0 +1,150 @@
+"""Writing the API audit log: one entry for each request a tenant's key makes, whatever it is
+answered. receiptsite.receipts.http.api_route calls `audited` once the key is authenticated
+(a 401 has no tenant, so no entry).
+
+Where the entry is written, so that a stored receipt always has its entry and a read costs one
+short statement:
+
+- a writing method (POST): the view runs inside `transaction.atomic()` and the entry is
+  inserted before that transaction commits, so the receipts and their entry commit together
+  or not at all. A Problem raised by the view rolls its work back; the refusal's entry is then
+  written on its own.
+- a read (GET, HEAD): after the view, one INSERT in autocommit (on SQLite a transaction would
+  take the write lock at BEGIN for the whole view).
+
+Either way the entry is one INSERT and no SELECT. When the request already runs inside a
+transaction (one per tenant request, on PostgreSQL), everything above happens inside it, the
+atomic block a savepoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from django.conf import settings
+from django.db import DatabaseError, transaction
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+
+from receiptsite import logconfig
+from receiptsite.audit.models import AuditEntry
+from receiptsite.problems import Problem
+
+READING_METHODS = ("GET", "HEAD", "OPTIONS")
+
+# `<receipt_id:receipt_id>` in a URL pattern; any other parameter is `{name}`.
+_PARAMETER = re.compile(r"<(?:(\w+):)?(\w+)>")
+
+
+def route_name(request: HttpRequest) -> str:
+    """The route as the contract names it, from the URL pattern that matched, never from the
+    path (which may hold a receipt id): `POST /api/receipts`, `GET /api/receipts/{id}`. HEAD is
+    served by the GET route."""
+    method = "GET" if request.method == "HEAD" else request.method or ""
+    match = request.resolver_match
+    pattern = match.route if match is not None else ""
+    path = _PARAMETER.sub(
+        lambda m: "{id}" if m.group(1) == "receipt_id" else "{" + m.group(2) + "}", pattern
+    )
+    return f"{method} /{path}"
+
+
+def receipt_ids(request: HttpRequest, response: HttpResponse) -> list[str]:
+    """The receipts a successful answer stored or read: the one in the path, else those the
+    answer names (an ingest's `id`, a batch's stored and replayed items, a page of the list)."""
+    if not 200 <= response.status_code < 300:
+        return []
+    match = request.resolver_match
+    if match is not None and "receipt_id" in match.kwargs:
+        return [str(match.kwargs["receipt_id"])]
+    if response.streaming or not response.get("Content-Type", "").startswith("application/json"):
+        return []
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return []
+    if not isinstance(body, dict):
+        return []
+    if isinstance(body.get("id"), str):
+        return [body["id"]]
+    items = body.get("results") if "results" in body else body.get("receipts")
+    if not isinstance(items, list):
+        return []
+    return [
+        item["id"]
+        for item in items
+        if isinstance(item, dict) and isinstance(item.get("id"), str)
+        and item.get("status", 201) == 201  # a refused batch item may name another receipt
+    ]
+
+
+def problem_type(response: HttpResponse) -> str | None:
+    """The problem's `type` as answered; null for a 2xx."""
+    if 200 <= response.status_code < 300:
+        return None
+    if response.get("Content-Type") == "application/problem+json":
+        with contextlib.suppress(ValueError, AttributeError):
+            kind = json.loads(response.content).get("type")
+            if isinstance(kind, str):
+                return kind
+    return f"{settings.SITE_URL}/problems/server-error" if response.status_code >= 500 else None
+
+
+def _write(
+    request: HttpRequest, at: datetime, started: float, status: int, kind: str | None,
+    ids: list[str],
+) -> None:
+    key = request.api_key  # type: ignore[attr-defined]
+    AuditEntry.objects.create(
+        at=at,
+        request_id=str(logconfig.request_id.get() or getattr(request, "request_id", "")),
+        tenant_id=key.tenant_id,
+        key_prefix=key.prefix,
+        method=request.method or "",
+        route=route_name(request),
+        status=status,
+        problem_type=kind,
+        receipt_ids=ids,
+        duration_ms=round((time.monotonic() - started) * 1000),
+    )
+
+
+def _record(request: HttpRequest, at: datetime, started: float, response: HttpResponse) -> None:
+    _write(request, at, started, response.status_code, problem_type(response),
+           receipt_ids(request, response))
+
+
+def audited(
+    request: HttpRequest, limit: Callable[[], None] | None, view: Callable[[], HttpResponse]
+) -> HttpResponse:
+    """Run the rate limit and the view of an authenticated tenant request, and write its one
+    entry (see the module's docstring). A Problem becomes its answer here, and is logged."""
+    at, started = timezone.now(), time.monotonic()
+    try:
+        if limit is not None:
+            limit()  # outside the transaction: a refused request still spends its token
+        if request.method in READING_METHODS:
+            response = view()
+        else:
+            with transaction.atomic():
+                response = view()
+                _record(request, at, started, response)
+            return response
+    except Problem as error:
+        response = error.response()
+    except Exception as error:
+        # A fault of the site (a 500): logged too, as far as the database still answers. A
+        # database that does not answer (503) has nowhere to write the entry.
+        if not isinstance(error, DatabaseError):
+            with contextlib.suppress(Exception), transaction.atomic():
+                _write(request, at, started, 500, f"{settings.SITE_URL}/problems/server-error",
+                       [])
+        raise
+    _record(request, at, started, response)
+    return response
+
