@@ -1060,7 +1060,8 @@ class Run:
             per_request=BATCH,
         )  # fmt: skip
         # What the load stored verifies too: the newest receipt of the tenant.
-        status, body = http(server.url + "/api/receipts?limit=1", key=key)
+        # (Batches wrk left in flight are still being stored: wait for them.)
+        status, body = http(server.url + "/api/receipts?limit=1", key=key, timeout=600)
         newest = json.loads(body)["receipts"][0]["id"] if status == 200 else ""
         if not newest:
             fail(f"the list after the ingest load answered {status}")
