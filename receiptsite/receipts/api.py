@@ -11,7 +11,8 @@ from typing import Any
 from django.conf import settings
 from django.core import signing as django_signing
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 
 from receiptsite.integrity import keys as ed25519
 from receiptsite.integrity import note
@@ -231,11 +232,47 @@ def _whole_number(text: str) -> int | None:
 CURSOR_SALT = "receiptsite.receipts.cursor"
 
 
-def _list(request: TenantRequest) -> HttpResponse:
-    params = request.GET
+def refuse_nul(params: QueryDict) -> None:
+    """A tenant list's parameters never hold U+0000 (the databases cannot compare it)."""
     for name, values in params.lists():
         if any("\x00" in value for value in values):
             raise _bad_parameter(name, "must not contain U+0000")
+
+
+def keyset_page(
+    query: QuerySet[Any], params: QueryDict, *, at: str, salt: str
+) -> tuple[list[Any], str | None]:
+    """The rest of a tenant list, as every one reads it: `since` (inclusive) and `until`
+    (exclusive) on the timestamp field `at`, `limit` 1..200 (default 50), and a `cursor`
+    signed with `salt`; the page, newest first by primary key, and the next page's cursor."""
+    for name, lookup in (("since", f"{at}__gte"), ("until", f"{at}__lt")):
+        text = params.get(name)
+        if text:
+            try:
+                # An unencoded "+" in a query string arrives as a space: take it back.
+                when = parse_rfc3339(text.replace(" ", "+"))
+            except ValueError:
+                raise _bad_parameter(name, "must be an RFC 3339 date-time with an offset") from None
+            query = query.filter(**{lookup: when})
+    limit = _whole_number(params.get("limit") or "50")
+    if limit is None or not 1 <= limit <= 200:
+        raise _bad_parameter("limit", "must be a whole number from 1 to 200")
+    cursor = params.get("cursor")
+    if cursor:
+        try:
+            after = int(django_signing.loads(cursor, salt=salt))
+        except (django_signing.BadSignature, ValueError, TypeError):
+            raise _bad_parameter("cursor", "is not a cursor this site handed out") from None
+        query = query.filter(pk__lt=after)
+    rows = list(query.order_by("-pk")[: limit + 1])
+    page = rows[:limit]
+    next_cursor = django_signing.dumps(page[-1].pk, salt=salt) if len(rows) > limit else None
+    return page, next_cursor
+
+
+def _list(request: TenantRequest) -> HttpResponse:
+    params = request.GET
+    refuse_nul(params)
     query = Receipt.objects.filter(tenant_id=request.api_key.tenant_id)
     for column in LIST_FILTERS:
         wanted = params.get(column.name)
@@ -244,27 +281,8 @@ def _list(request: TenantRequest) -> HttpResponse:
         if isinstance(column.kind, Enum) and wanted not in column.kind.choices:
             raise _bad_parameter(column.name, f"must be one of {', '.join(column.kind.choices)}")
         query = query.filter(**{column.name: wanted})
-    for name, lookup in (("since", "recorded_at__gte"), ("until", "recorded_at__lt")):
-        if params.get(name):
-            try:
-                # An unencoded "+" in a query string arrives as a space: take it back.
-                when = parse_rfc3339(params[name].replace(" ", "+"))
-            except ValueError:
-                raise _bad_parameter(name, "must be an RFC 3339 date-time with an offset") from None
-            query = query.filter(**{lookup: when})
-    limit = _whole_number(params.get("limit") or "50")
-    if limit is None or not 1 <= limit <= 200:
-        raise _bad_parameter("limit", "must be a whole number from 1 to 200")
-    if params.get("cursor"):
-        try:
-            after = int(django_signing.loads(params["cursor"], salt=CURSOR_SALT))
-        except (django_signing.BadSignature, ValueError, TypeError):
-            raise _bad_parameter("cursor", "is not a cursor this site handed out") from None
-        query = query.filter(pk__lt=after)
-    rows = list(query.select_related("log_entry").order_by("-pk")[: limit + 1])
-    page = rows[:limit]
-    next_cursor = (
-        django_signing.dumps(page[-1].pk, salt=CURSOR_SALT) if len(rows) > limit else None
+    page, next_cursor = keyset_page(
+        query.select_related("log_entry"), params, at="recorded_at", salt=CURSOR_SALT
     )
     return _json({"receipts": [r.summary() for r in page], "next_cursor": next_cursor})
 
