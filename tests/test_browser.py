@@ -454,14 +454,18 @@ def checkpoint_result(page: Page) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def compromised(site: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """A site whose first key leaked: it signed one receipt, then the operator rotated (README
-    "Rotating the signing key": SIGNING_KEY_FILE pointed at a new key, the site restarted), the
-    new key signed another, and `signingkeys --mark-compromised` marked the first key
-    compromised. (`site` first: it collects the static files this site serves too.)"""
+    """A site whose first key leaked: it signed a receipt (`early`), then leaked, then signed
+    another (`before`); the operator rotated (README "Rotating the signing key":
+    SIGNING_KEY_FILE pointed at a new key, the site restarted), the new key signed a third,
+    and `compromisekey` marked the first key compromised as of the leak: `early`, logged
+    before, is signed again by the new key; `before` is not provably older and fails. (`site`
+    first: it collects the static files this site serves too.)"""
     with LiveSite(workers=2) as live:
         leaked = keys.load_private_key_pem(Path(live.base_env["SIGNING_KEY_FILE"]).read_bytes())
-        before = publish(live, idempotency_key="before")
+        early = publish(live, idempotency_key="early")
         [old] = live.get("/.well-known/receipt-keys.json").json()["keys"]
+        leaked_at = live.get(f"/api/receipt/{early['id']}/verify").json()["verified_at"]
+        before = publish(live, idempotency_key="before")
         fresh = live.tmp / "rotated-key.pem"
         fresh.write_bytes(keys.generate_private_key_pem())
         fresh.chmod(0o600)
@@ -470,11 +474,11 @@ def compromised(site: dict[str, Any]) -> Iterator[dict[str, Any]]:
         live._serve()
         after = publish(live, idempotency_key="after")
         # One argument with "=": a kid is base64url and may begin with "-".
-        live.manage("signingkeys", f"--mark-compromised={old['kid']}")
+        live.manage("compromisekey", f"--at={leaked_at}", "--", old["kid"])
         document = live.get("/.well-known/receipt-keys.json").json()
         assert [k["status"] for k in document["keys"]] == ["compromised", "active"]
-        yield {"live": live, "before": before, "after": after, "leaked": leaked,
-               "keys": document}
+        yield {"live": live, "early": early, "before": before, "after": after,
+               "leaked": leaked, "keys": document}
 
 
 @pytest.fixture
@@ -541,6 +545,30 @@ def test_a_receipt_signed_by_a_compromised_key_fails_in_the_browser(
     assert results == {"hash": "PASS", "signature": "FAIL", "log inclusion": "PASS",
                        "checkpoint signature": "PASS"}
     assert "compromised" in page.locator("#browser-results li").nth(1).inner_text()
+    watched_compromised.assert_clean(compromised["live"].url)
+
+
+def test_a_receipt_signed_again_after_the_compromise_verifies_in_the_browser(
+    watched_compromised: Watched, compromised: dict[str, Any]
+) -> None:
+    page = watched_compromised.page
+    page.goto(f"/run/{compromised['early']['id']}")
+    assert "every check passed" in page.inner_text("#server-check")
+    assert verify_in_browser(page) == {"hash": "PASS", "signature": "PASS",
+                                       "log inclusion": "PASS", "checkpoint signature": "PASS"}
+    watched_compromised.assert_clean(compromised["live"].url)
+
+
+def test_the_page_says_why_a_receipt_by_the_compromised_key_fails(
+    watched_compromised: Watched, compromised: dict[str, Any]
+) -> None:
+    page = watched_compromised.page
+    page.goto(f"/run/{compromised['before']['id']}")
+    alert = page.get_by_role("alert").inner_text()
+    assert "was reported compromised" in alert and "may have been altered" not in alert
+    page.get_by_role("button", name="Verify in this browser").click()
+    signature = page.locator("#browser-results li").nth(1)
+    expect(signature).to_contain_text("could not be shown to be logged before then")
     watched_compromised.assert_clean(compromised["live"].url)
 
 

@@ -229,20 +229,25 @@ def test_signingkeys_lists_a_retired_key_after_rotation(
     assert any(old in line and "retired" in line for line in lines)
 
 
-def test_signingkeys_will_not_mark_the_active_key_compromised(db: None) -> None:
+def test_compromisekey_will_not_take_the_compromised_key_as_the_new_one(
+    db: None, settings: Any, tmp_path: Path
+) -> None:
     kid = keyring.configured().kid
-    with pytest.raises(CommandError):
-        run("signingkeys", mark_compromised=kid)
+    with pytest.raises(CommandError, match="the compromised key itself"):
+        run("compromisekey", kid, at="2026-01-01T00:00:00Z",
+            new_key_file=settings.SIGNING_KEY_FILE)
     assert SigningKey.objects.get(kid=kid).status == SigningKey.ACTIVE
 
 
-def test_marking_the_old_key_compromised_first_signs_with_the_new_one(
+def test_compromising_the_old_key_first_signs_with_the_new_one(
     producer: Producer, client: Client, settings: Any, tmp_path: Path
 ) -> None:
     old = keyring.configured().kid
     publish(producer, 2)
     new = rotate(settings, tmp_path)  # restarted, but no write path has run yet
-    run("signingkeys", mark_compromised=old)
+    assert "already names the new key" in run(
+        "compromisekey", old, at=SigningKey.objects.get(kid=old).created_at.isoformat()
+    )
     assert SigningKey.objects.get(kid=old).status == SigningKey.COMPROMISED
     assert SigningKey.objects.get(kid=new).status == SigningKey.ACTIVE
     latest = SignedCheckpoint.objects.order_by("-tree_size", "-id").first()

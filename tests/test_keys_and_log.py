@@ -172,15 +172,18 @@ def test_pointing_at_a_new_key_rotates_and_old_receipts_still_verify(
     check_note(client.get("/api/log/checkpoint").content.decode(), raw_public(body["keys"][1]))
 
 
-def test_signingkeys_lists_keys_and_marks_one_compromised(
+def test_signingkeys_lists_keys_and_one_compromised(
     producer: Producer, client: Client, settings: Any, tmp_path: Path, capsys: Any
 ) -> None:
     old = producer.publish(idempotency_key="old")
     old_kid = keys(client)["keys"][0]["kid"]
     rotate(settings, tmp_path)
-    call_command("signingkeys", mark_compromised=old_kid)
+    # Compromised since before it signed anything: nothing it signed is provably older.
+    call_command("compromisekey", old_kid, at="2000-01-01T00:00:00Z")
+    call_command("signingkeys")
     out = capsys.readouterr().out
     assert f"{old_kid}  compromised" in out
+    assert "compromised as of 2000-01-01T00:00:00.000000Z" in out
     assert "active" in out
     assert client.get(f"/api/receipt/{old['id']}/verify").json()["status"] == "invalid"
 

@@ -14,6 +14,7 @@ API_ROUTES = [
     ("/api/receipts", "GET, POST"),
     ("/api/receipts/batch", "POST"),
     ("/api/receipts/{id}", "GET"),
+    ("/api/receipts/{id}/withdrawal", "POST"),
     ("/api/receipt/{id}/verify", "GET"),
     ("/.well-known/receipt-keys.json", "GET"),
     ("/api/log/checkpoint", "GET"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,17 @@ PUBLIC = {
     # the latest signed checkpoint, and whether the active key is marked compromised
     "healthz": (2, 2),
 }
+# The offline bundle: the verify route's statements and the keys document's, nothing more.
+PUBLIC["bundle"] = (
+    PUBLIC["verify"][0] + PUBLIC["keys"][0],
+    PUBLIC["verify"][1] + PUBLIC["keys"][1],
+)
 # The page of a receipt with links reads them in one more query (and, on PostgreSQL, names
 # them in the row-level security scope first).
 LINKS = (1, 2)
+# A receipt whose signing key is compromised: its appended signatures (receipts/signatures.py)
+# in one more query, on the verify route and the page (and the bundle, which holds a verify).
+COMPROMISED_KEY = (1, 1)
 # Every tenant route also writes its line of the API audit log.
 TENANT = {
     # the key; under the lock: the log's state, the idempotency key, the insert, then the
@@ -82,6 +91,7 @@ def public_requests(receipt_id: str) -> dict[str, str]:
         "verify": f"/api/receipt/{receipt_id}/verify",
         "page": f"/run/{receipt_id}",
         "handoff": f"/run/{receipt_id}/handoff.txt",
+        "bundle": f"/run/{receipt_id}/bundle.json",
         "keys": "/.well-known/receipt-keys.json",
         "checkpoint": "/api/log/checkpoint",
         "consistency": "/api/log/consistency?first=1&second=2",
@@ -112,6 +122,38 @@ def test_the_page_of_a_linked_receipt_reads_its_links_in_one_more_query(
     response, sql = queries_of(lambda: client.get(f"/run/{linked['id']}"))
     assert response.status_code == 200
     assert len(sql) == pinned(PUBLIC, "page") + on_this_database(LINKS), "\n".join(sql)
+
+
+@pytest.mark.parametrize("route", ["verify", "page"])
+def test_a_receipt_signed_again_after_a_key_compromise_costs_one_more_query(
+    client: Client, stored: dict[str, Any], route: str, settings: Any, tmp_path: Path
+) -> None:
+    from django.core.management import call_command
+
+    from receiptsite.receipts import keyring
+
+    # compromisekey writes the new key in place of the compromised one: in a copy.
+    copy = tmp_path / "signing-key.pem"
+    copy.write_bytes(Path(settings.SIGNING_KEY_FILE).read_bytes())
+    settings.SIGNING_KEY_FILE = str(copy)
+    # Compromised as of now: both receipts were logged before, and are signed again.
+    call_command("compromisekey", keyring.configured().kid, at=_now(), stdout=StringIO())
+    path = public_requests(stored["id"])[route]
+    client.get(path)
+    response, sql = queries_of(lambda: client.get(path))
+    assert response.status_code == 200, response.content
+    if route == "verify":
+        assert response.json()["status"] == "valid"
+    expected = pinned(PUBLIC, route) + on_this_database(COMPROMISED_KEY)
+    assert len(sql) == expected, "\n".join(sql)
+
+
+def _now() -> str:
+    from django.utils import timezone
+
+    from receiptsite.receipts.models import format_timestamp
+
+    return format_timestamp(timezone.now())
 
 
 def test_ingest_runs_its_pinned_queries(producer: Producer) -> None:

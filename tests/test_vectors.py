@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from receiptsite.integrity import canonical, keys, merkle, note
+from receiptsite.integrity import canonical, keys, merkle, note, tlogproof
 from receiptsite.integrity.encoding import b64, b64decode, b64url_decode
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
@@ -97,6 +97,50 @@ def site_failures(verification: dict[str, Any], document: dict[str, Any]) -> set
     return failed
 
 
+# An offline bundle (vectors/bundles/) is checked for all of the above on its verification,
+# and for its c2sp.org/tlog-proof text.
+BUNDLE_CHECK_NAMES = (*CHECK_NAMES, "tlog_proof")
+
+
+def tlog_proof_holds(bundle: dict[str, Any], document: dict[str, Any]) -> bool:
+    """The bundle's tlog proof parses, agrees with the verification's log part, leads from the
+    leaf of the bytes to its own checkpoint's root, and that checkpoint is signed by a listed
+    key that is not compromised, under the keys document's log origin."""
+    verification, log = bundle["verification"], bundle["verification"]["log"]
+    try:
+        proof = tlogproof.parse_proof(bundle.get("tlog_proof"))  # type: ignore[arg-type]
+        origin, size, root = note.parse_checkpoint(
+            proof.checkpoint[: proof.checkpoint.rindex("\n\n") + 1]
+        )
+    except (ValueError, TypeError, AttributeError):
+        return False
+    agrees = (
+        proof.index == log["index"]
+        and proof.hashes == [b64decode(p) for p in log["inclusion_proof"]]
+        and proof.checkpoint == log["checkpoint"]
+    )
+    data = b64decode(verification["canonical_bytes"])
+    counted = [
+        note.verifier_key(document["log"]["origin"], raw)
+        for raw, _kid, status in _listed(document)
+        if status != "compromised"
+    ]
+    return (
+        agrees
+        and origin == document["log"]["origin"]
+        and merkle.verify_inclusion(merkle.leaf_hash(data), proof.index, size, proof.hashes, root)
+        and note.verify_note(proof.checkpoint, counted) is not None
+    )
+
+
+def site_bundle_failures(bundle: dict[str, Any], document: dict[str, Any]) -> set[str]:
+    """The checks (BUNDLE_CHECK_NAMES) that fail for an offline bundle, trusting `document`."""
+    failed = site_failures(bundle["verification"], document)
+    if not tlog_proof_holds(bundle, document):
+        failed.add("tlog_proof")
+    return failed
+
+
 def manifest() -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads((VECTORS / "manifest.json").read_text("utf-8"))
     return loaded
@@ -107,6 +151,7 @@ def load(name: str) -> Any:
 
 
 ENTRIES = manifest()["vectors"] if (VECTORS / "manifest.json").exists() else []
+BUNDLE_ENTRIES = manifest().get("bundles", []) if (VECTORS / "manifest.json").exists() else []
 
 
 def test_the_manifest_is_complete() -> None:
@@ -114,8 +159,9 @@ def test_the_manifest_is_complete() -> None:
     files = {entry["file"] for entry in listed["vectors"]}
     keys_files = {entry["keys"] for entry in listed["vectors"]}
     assert keys_files <= set(listed["keys_files"])
+    bundle_files = {entry["file"] for entry in listed["bundles"]}
     on_disk = {str(p.relative_to(VECTORS)) for p in VECTORS.rglob("*.json")}
-    assert on_disk == files | set(listed["keys_files"]) | {"manifest.json"}
+    assert on_disk == files | bundle_files | set(listed["keys_files"]) | {"manifest.json"}
     assert len(files) == len(listed["vectors"]), "a file is listed twice"
     names = [entry["name"] for entry in listed["vectors"]]
     assert len(set(names)) == len(names)
@@ -132,11 +178,28 @@ def test_the_manifest_is_complete() -> None:
     assert any(d.get("links") for d in documents)
     assert len({v["signature"]["key_id"] for v in valid}) == 2
     assert {name for e in listed["vectors"] for name in e["fails"]} == set(CHECK_NAMES)
+    # The bundles: valid ones and corrupted ones, the tlog proof broken every way alone.
+    assert listed["bundle_checks"] == list(BUNDLE_CHECK_NAMES)
+    assert len(bundle_files) == len(listed["bundles"])
+    for entry in listed["bundles"]:
+        assert entry["keys"] in listed["keys_files"]
+        assert set(entry["fails"]) <= set(BUNDLE_CHECK_NAMES)
+        valid = entry["expected"] == "valid"
+        assert valid == (entry["fails"] == []) == (entry["changed"] is None)
+    assert sum(e["fails"] == ["tlog_proof"] for e in listed["bundles"]) >= 5
+    assert any(e["expected"] == "valid" for e in listed["bundles"])
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["name"] for e in ENTRIES])
 def test_the_site_functions_reach_the_manifest_verdict(entry: dict[str, Any]) -> None:
     failed = site_failures(load(entry["file"]), load(entry["keys"]))
+    assert failed == set(entry["fails"]), entry["changed"]
+    assert ("valid" if not failed else "invalid") == entry["expected"]
+
+
+@pytest.mark.parametrize("entry", BUNDLE_ENTRIES, ids=[e["name"] for e in BUNDLE_ENTRIES])
+def test_the_site_functions_reach_each_bundle_verdict(entry: dict[str, Any]) -> None:
+    failed = site_bundle_failures(load(entry["file"]), load(entry["keys"]))
     assert failed == set(entry["fails"]), entry["changed"]
     assert ("valid" if not failed else "invalid") == entry["expected"]
 
@@ -171,6 +234,9 @@ def test_the_generator_writes_the_same_vectors_from_a_fresh_site(tmp_path: Path)
         return [(e["name"], e["keys"], e["expected"], e["fails"]) for e in m["vectors"]]
 
     assert shape(fresh) == shape(manifest())
+    assert [(e["name"], e["fails"]) for e in fresh["bundles"]] == [
+        (e["name"], e["fails"]) for e in manifest()["bundles"]
+    ]
     for entry in fresh["vectors"]:
         verification = json.loads((tmp_path / entry["file"]).read_text("utf-8"))
         document = json.loads((tmp_path / entry["keys"]).read_text("utf-8"))

@@ -37,9 +37,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey 
 
 from receiptsite.integrity import keys as site_keys  # noqa: E402
 from receiptsite.integrity import note as site_note  # noqa: E402
+from receiptsite.integrity import tlogproof as site_tlogproof  # noqa: E402
 from tests.examples import EXAMPLE_BODY  # noqa: E402
 from tests.live import LiveSite  # noqa: E402
-from tests.test_vectors import CHECK_NAMES, site_failures  # noqa: E402
+from tests.test_vectors import (  # noqa: E402
+    BUNDLE_CHECK_NAMES,
+    CHECK_NAMES,
+    site_bundle_failures,
+    site_failures,
+)
 
 SITE_URL = "https://receipts.example.org"
 FORMAT = "receipt-vectors/v1"
@@ -66,6 +72,7 @@ def flip(data: bytes, at: int, bit: int = 0x01) -> bytes:
 class Run:
     ids: dict[str, str]  # vector name -> receipt id
     snapshots: dict[int, dict[str, Json]]  # tree size -> receipt id -> verification JSON
+    bundles: dict[int, dict[str, Json]]  # tree size -> receipt id -> offline bundle
     keys: Json  # the final keys document
     first_kid: str
     second_kid: str
@@ -92,15 +99,21 @@ def body(**changes: Any) -> Json:
 def run_site() -> Run:
     ids: dict[str, str] = {}
     snapshots: dict[int, dict[str, Json]] = {}
+    bundles: dict[int, dict[str, Json]] = {}
 
     def snapshot(site: LiveSite) -> None:
         taken: dict[str, Json] = {}
+        downloaded: dict[str, Json] = {}
         for receipt_id in ids.values():
             answer = site.get(f"/api/receipt/{receipt_id}/verify")
             assert answer.status == 200, answer
             taken[receipt_id] = answer.json()
+            answer = site.get(f"/run/{receipt_id}/bundle.json")
+            assert answer.status == 200, answer
+            downloaded[receipt_id] = answer.json()
         size = next(iter(taken.values()))["log"]["tree_size"]
         snapshots[size] = taken
+        bundles[size] = downloaded
 
     with LiveSite(workers=1, env={"SITE_URL": SITE_URL}) as site:
         ids["plain"] = publish(site, body(idempotency_key="vectors/plain"))
@@ -173,7 +186,7 @@ def run_site() -> Run:
 
     statuses = [k["status"] for k in keys["keys"]]
     assert statuses == ["retired", "active"], statuses
-    return Run(ids, snapshots, keys, keys["keys"][0]["kid"], keys["keys"][1]["kid"])
+    return Run(ids, snapshots, bundles, keys, keys["keys"][0]["kid"], keys["keys"][1]["kid"])
 
 
 # --- corruptions -------------------------------------------------------------------------
@@ -387,6 +400,125 @@ CORRUPTIONS: dict[str, Corruption] = {
 }
 
 
+# --- offline bundles (GET /run/<id>/bundle.json) --------------------------------------------
+
+BundleCorruption = Callable[[Context, Json], tuple[str, list[str]]]
+# Each edits a deep copy of a valid bundle in place and returns (what was changed, which
+# checks fail); every bundle is checked against keys.json.
+
+
+def _proof_of(bundle: Json) -> site_tlogproof.TlogProof:
+    return site_tlogproof.parse_proof(bundle["tlog_proof"])
+
+
+def _reformat(bundle: Json, **changes: Any) -> None:
+    parsed = _proof_of(bundle)
+    parts = {"index": parsed.index, "hashes": parsed.hashes, "checkpoint": parsed.checkpoint}
+    bundle["tlog_proof"] = site_tlogproof.format_proof(**{**parts, **changes})
+
+
+def tlog_proof_missing(ctx: Context, b: Json) -> tuple[str, list[str]]:
+    del b["tlog_proof"]
+    return "tlog_proof: removed", ["tlog_proof"]
+
+
+def tlog_proof_other_version(ctx: Context, b: Json) -> tuple[str, list[str]]:
+    b["tlog_proof"] = b["tlog_proof"].replace("tlog-proof@v1\n", "tlog-proof@v2\n", 1)
+    return "tlog_proof: its first line names c2sp.org/tlog-proof@v2", ["tlog_proof"]
+
+
+def tlog_proof_other_index(ctx: Context, b: Json) -> tuple[str, list[str]]:
+    _reformat(b, index=_proof_of(b).index + 1)
+    return "tlog_proof: its index one more than log.index", ["tlog_proof"]
+
+
+def tlog_proof_bad_hash(ctx: Context, b: Json) -> tuple[str, list[str]]:
+    hashes = _proof_of(b).hashes
+    _reformat(b, hashes=[flip(hashes[0], 0), *hashes[1:]])
+    return (
+        "tlog_proof: the lowest bit of the first byte of its first hash flipped; "
+        "log.inclusion_proof unchanged",
+        ["tlog_proof"],
+    )
+
+
+def tlog_proof_other_tree(ctx: Context, b: Json) -> tuple[str, list[str]]:
+    other = max(s for s in ctx.run.snapshots if s != ctx.size)
+    _reformat(b, checkpoint=next(iter(ctx.run.snapshots[other].values()))["log"]["checkpoint"])
+    return (
+        f"tlog_proof: its checkpoint replaced by the site's real, validly signed checkpoint of "
+        f"the tree of size {other}; the verification unchanged",
+        ["tlog_proof"],
+    )
+
+
+def tlog_proof_other_key(ctx: Context, b: Json) -> tuple[str, list[str]]:
+    checkpoint = _proof_of(b).checkpoint
+    text = checkpoint[: checkpoint.rindex("\n\n") + 1]
+    origin = b["verification"]["log"]["origin"]
+    _reformat(b, checkpoint=site_note.sign_note(text, origin, ctx.stranger))
+    return (
+        "tlog_proof: its checkpoint's text signed (under the log's name) by a key the keys "
+        "document does not list instead of the site's; log.checkpoint unchanged",
+        ["tlog_proof"],
+    )
+
+
+def both_proofs_bad(ctx: Context, b: Json) -> tuple[str, list[str]]:
+    bad_proof(ctx, b["verification"])
+    _reformat(b, hashes=[b64d(h) for h in b["verification"]["log"]["inclusion_proof"]])
+    return (
+        "log.inclusion_proof and the tlog_proof alike: the lowest bit of the first byte of "
+        "the first hash flipped (the two agree, and neither proves)",
+        ["log_inclusion", "tlog_proof"],
+    )
+
+
+def bundle_flipped_byte(ctx: Context, b: Json) -> tuple[str, list[str]]:
+    changed, fails, _keys = flipped_byte(ctx, b["verification"])
+    return f"verification.{changed}", [*fails, "tlog_proof"]
+
+
+BUNDLE_CORRUPTIONS: dict[str, BundleCorruption] = {
+    "tlog-proof-missing": tlog_proof_missing,
+    "tlog-proof-other-version": tlog_proof_other_version,
+    "tlog-proof-other-index": tlog_proof_other_index,
+    "tlog-proof-bad-hash": tlog_proof_bad_hash,
+    "tlog-proof-other-tree": tlog_proof_other_tree,
+    "tlog-proof-other-key": tlog_proof_other_key,
+    "both-proofs-bad": both_proofs_bad,
+    "flipped-byte": bundle_flipped_byte,
+}
+
+
+def build_bundles(run: Run, keys: Json) -> list[Vector]:
+    """Valid bundles as the site served them, and corrupted copies of each."""
+    final = max(run.bundles)
+    valid = {
+        "plain": run.bundles[final][run.ids["plain"]],
+        "linked": run.bundles[final][run.ids["linked"]],
+        "plain-at-size-2": run.bundles[2][run.ids["plain"]],
+    }
+    stranger = Ed25519PrivateKey.generate()
+    vectors: list[Vector] = []
+    for name, bundle in valid.items():
+        vectors.append(Vector(name, bundle, "keys.json", "valid", None, []))
+        ctx = Context(run, name, bundle["verification"], stranger)
+        for suffix, corrupt in BUNDLE_CORRUPTIONS.items():
+            edited = copy.deepcopy(bundle)
+            changed, fails = corrupt(ctx, edited)
+            vectors.append(Vector(f"{name}--{suffix}", edited, "keys.json", "invalid", changed,
+                                  fails))  # fmt: skip
+    for vector in vectors:
+        found = site_bundle_failures(vector.verification, keys)
+        if found != set(vector.fails):
+            raise AssertionError(
+                f"bundle {vector.name}: the site's functions fail {sorted(found)}, "
+                f"not {vector.fails}"
+            )
+    return vectors
+
+
 def compromised(keys: Json, kid: str) -> Json:
     edited = copy.deepcopy(keys)
     for key in edited["keys"]:
@@ -437,8 +569,10 @@ def build(run: Run) -> tuple[list[Vector], dict[str, Json]]:
     return vectors, keys_files
 
 
-def write(out: Path, vectors: list[Vector], keys_files: dict[str, Json]) -> None:
-    for folder in ("valid", "invalid"):
+def write(
+    out: Path, vectors: list[Vector], keys_files: dict[str, Json], bundles: list[Vector]
+) -> None:
+    for folder in ("valid", "invalid", "bundles/valid", "bundles/invalid"):
         (out / folder).mkdir(parents=True, exist_ok=True)
         for old in (out / folder).glob("*.json"):
             old.unlink()
@@ -462,6 +596,20 @@ def write(out: Path, vectors: list[Vector], keys_files: dict[str, Json]) -> None
                 "fails": vector.fails,
             }
         )
+    bundle_entries = []
+    for vector in bundles:
+        file = f"bundles/{vector.expected}/{vector.name}.json"
+        dump(out / file, vector.verification)
+        bundle_entries.append(
+            {
+                "name": vector.name,
+                "file": file,
+                "keys": vector.keys_file,
+                "expected": vector.expected,
+                "changed": vector.changed,
+                "fails": vector.fails,
+            }
+        )
     dump(
         out / "manifest.json",
         {
@@ -469,6 +617,8 @@ def write(out: Path, vectors: list[Vector], keys_files: dict[str, Json]) -> None
             "checks": list(CHECK_NAMES),
             "keys_files": sorted(keys_files),
             "vectors": entries,
+            "bundle_checks": list(BUNDLE_CHECK_NAMES),
+            "bundles": bundle_entries,
         },
     )
 
@@ -477,9 +627,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE, help="where to write (default: here)")
     args = parser.parse_args(argv)
-    vectors, keys_files = build(run_site())
-    write(args.out, vectors, keys_files)
-    print(f"wrote {len(vectors)} vectors to {args.out}")
+    run = run_site()
+    vectors, keys_files = build(run)
+    bundles = build_bundles(run, keys_files["keys.json"])
+    write(args.out, vectors, keys_files, bundles)
+    print(f"wrote {len(vectors)} vectors and {len(bundles)} bundles to {args.out}")
     return 0
 
 

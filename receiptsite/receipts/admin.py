@@ -16,8 +16,11 @@ from django.urls import path
 from django.utils.html import format_html
 
 from receiptsite.audit.admin import request_that_stored
+from receiptsite.integrity.encoding import b64
+from receiptsite.receipts import decisions as chain
 from receiptsite.receipts.models import (
     ApiKey,
+    DecisionLink,
     Receipt,
     ReviewDecision,
     SigningKey,
@@ -27,6 +30,8 @@ from receiptsite.receipts.models import (
 from receiptsite.receipts.presentation import page_context
 from receiptsite.receipts.services import decision_record
 from receiptsite.receipts.verification import verification_json
+from receiptsite.receipts.withdrawal import withdrawn
+from receiptsite.receipts.withdrawal_admin import may_withdraw, withdraw_receipts
 
 
 def _cell(text: str) -> str:
@@ -73,7 +78,7 @@ class ApiKeyAdmin(ReadOnlyAdmin):
 
 @admin.register(SigningKey)
 class SigningKeyAdmin(ReadOnlyAdmin):
-    list_display = ["kid", "status", "created_at", "retired_at"]
+    list_display = ["kid", "status", "created_at", "retired_at", "compromised_at"]
     exclude = ["public_key"]
 
 
@@ -120,10 +125,19 @@ class ReceiptAdmin(ReadOnlyAdmin):
                                 "request_that_stored")
     inlines = [DecisionInline]
     request_that_stored = staticmethod(request_that_stored)  # from the API audit log
+    actions = [withdraw_receipts]  # receipts/withdrawal_admin.py
+
+    def has_withdraw_permission(self, request: HttpRequest) -> bool:
+        return may_withdraw(request)
 
     @admin.display(description="Summary")
     def plain_summary(self, obj: Receipt) -> str:
         """The same plain summary as the public page, with the server's verification."""
+        if (found := withdrawn(obj)) is not None:  # the content is erased: say so, as the page
+            return render_to_string(
+                "receipts/_withdrawn.html",
+                {"withdrawal": found.withdrawal, "withdrawn_at": found.withdrawn_at},
+            )
         context = page_context(obj, verification_json(obj), show_follow_up=True)
         return render_to_string("admin/receipts/summary.html", context)
 
@@ -151,6 +165,27 @@ class DecisionForm(forms.ModelForm):
         return data
 
 
+# The CSV export's columns of the auditors' record (receipts/decisions.py), after the
+# decision's own: enough to check each row with nothing but the site's published keys.
+RECORD_COLUMNS = ["position", "previous_decision_id", "previous_hash", "decision_hash",
+                  "signature", "signing_key", "chained_at", "chained_by", "signed_document",
+                  "record_check"]
+
+
+def _signature(link: DecisionLink | None) -> str:
+    return "" if link is None else b64(bytes(link.signature))
+
+
+def _record_cells(link: DecisionLink | None) -> list[Any]:
+    """RECORD_COLUMNS but the last, for one decision (blank where it has no link)."""
+    if link is None:
+        return [""] * (len(RECORD_COLUMNS) - 1)
+    return [link.position, link.previous_decision_id or "", link.previous_hash,
+            link.decision_hash, _signature(link), link.signing_key.kid,
+            format_timestamp(link.chained_at), link.chained_by,
+            bytes(link.canonical_bytes).decode()]
+
+
 @admin.register(ReviewDecision)
 class ReviewDecisionAdmin(admin.ModelAdmin):
     """Add-only. The reviewer and the reviewed hash are set by the site, not typed in."""
@@ -168,7 +203,26 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
         if obj is None:
             return ["receipt", "conclusion", "exception_note", "follow_up", "supersedes"]
         return ["receipt", "reviewer", "reviewed_at", "conclusion", "exception_note",
-                "follow_up", "output_hash", "supersedes"]
+                "follow_up", "output_hash", "supersedes", "record_entry"]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # Whether the whole record checks out, above the list (receipts/decisions.py).
+        record = chain.check()
+        context = {**(extra_context or {}), "decision_record": record,
+                   "decision_findings": record.findings[:10]}
+        return super().changelist_view(request, extra_context=context)
+
+    @admin.display(description="In the record")
+    def record_entry(self, obj: ReviewDecision) -> str:
+        """The decision's place in the auditors' record, its hash and signature, and whether
+        it checks out."""
+        record = chain.check()
+        return render_to_string("admin/receipts/reviewdecision/record_entry.html", {
+            "link": record.links.get(obj.pk), "verdict": record.verdict(obj.pk),
+            "signature": _signature(record.links.get(obj.pk)),
+        })
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.get_fields(request, obj) if obj is not None else []
@@ -206,13 +260,16 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
         writer.writerow(["decision_id", "reviewed_at", "reviewer", "conclusion",
                          "exception_note", "follow_up", "supersedes", "receipt_id", "tenant",
                          "workflow_id", "subject", "reviewed_output_hash",
-                         "current_output_hash"])
+                         "current_output_hash", *RECORD_COLUMNS])
+        record = chain.check()
         for d in decisions:
+            link = record.links.get(d.pk)
             writer.writerow([d.pk, format_timestamp(d.reviewed_at), d.reviewer.get_username(),
                              d.conclusion, _cell(d.exception_note), _cell(d.follow_up),
                              d.supersedes_id or "", d.receipt.uuid, d.receipt.tenant.slug,
                              _cell(d.receipt.workflow_id), _cell(d.receipt.subject_name),
-                             d.output_hash, d.receipt.output_hash])
+                             d.output_hash, d.receipt.output_hash, *_record_cells(link),
+                             record.verdict(d.pk)])
         return response
 
     def save_model(

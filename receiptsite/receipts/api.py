@@ -18,7 +18,7 @@ from receiptsite.integrity import keys as ed25519
 from receiptsite.integrity import note
 from receiptsite.integrity.encoding import b64
 from receiptsite.problems import Problem
-from receiptsite.receipts import keyring, log
+from receiptsite.receipts import keyring, log, withdrawal
 from receiptsite.receipts.document import DocumentInvalid
 from receiptsite.receipts.evidence import LIST_FILTERS
 from receiptsite.receipts.http import TenantRequest, api_route, receipt_not_found, throttle
@@ -284,7 +284,7 @@ def _list(request: TenantRequest) -> HttpResponse:
     page, next_cursor = keyset_page(
         query.select_related("log_entry"), params, at="recorded_at", salt=CURSOR_SALT
     )
-    return _json({"receipts": [r.summary() for r in page], "next_cursor": next_cursor})
+    return _json({"receipts": withdrawal.summaries(page), "next_cursor": next_cursor})
 
 
 @api_route("GET", tenant=True, capability=True, rate={"GET": "read"})
@@ -292,8 +292,29 @@ def receipt_detail(request: TenantRequest, receipt_id: uuid.UUID) -> HttpRespons
     receipt = Receipt.objects.verifiable(receipt_id, tenant_id=request.api_key.tenant_id)
     if receipt is None:
         raise receipt_not_found()
+    if (found := withdrawal.withdrawn(receipt)) is not None:
+        return _json(withdrawal.summary(receipt, found.withdrawal))  # no document: erased
     document = receipt.document()
     return _json({**receipt.summary(document), "document": document})
+
+
+@api_route("POST", tenant=True, capability=True, rate={"POST": "ingest"})
+def receipt_withdrawal(request: TenantRequest, receipt_id: uuid.UUID) -> HttpResponse:
+    """Withdraw one of the tenant's receipts (receipts/withdrawal.py); a second withdrawal
+    replays the first answer."""
+    payload = read_json(request, withdrawal.MAX_BYTES)
+    body = withdrawal.parse(payload)
+    receipt = Receipt.objects.verifiable(receipt_id, tenant_id=request.api_key.tenant_id)
+    if receipt is None:
+        raise receipt_not_found()
+    record, replayed = withdrawal.receipt_withdraw(
+        receipt=receipt, reason=body["reason"], note=body.get("note", ""),
+        api_key=request.api_key,
+    )
+    response = _json(withdrawal.answer(record), status=201)
+    if replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response
 
 
 # --- public, for anyone ----------------------------------------------------------------------
@@ -304,11 +325,25 @@ def receipt_verification(request: HttpRequest, receipt_id: uuid.UUID) -> HttpRes
     receipt = Receipt.objects.verifiable(receipt_id)
     if receipt is None:
         raise receipt_not_found()
-    return _json(verification_json(receipt))
+    body, status = verification_answer(receipt)
+    return _json(body, status=status)
+
+
+def verification_answer(receipt: Receipt) -> tuple[dict[str, Any], int]:
+    """What the verify route answers for a receipt (the offline bundle holds the same): the
+    verification JSON, or a withdrawn receipt's 410 answer."""
+    if (found := withdrawal.withdrawn(receipt)) is not None:
+        return withdrawal.verification(receipt, found), 410
+    return verification_json(receipt), 200
 
 
 @api_route("GET", public=True)
 def keys_document(request: HttpRequest) -> HttpResponse:
+    return _json(keys_json())
+
+
+def keys_json() -> dict[str, Any]:
+    """The keys document (`/.well-known/receipt-keys.json`; the offline bundle holds it too)."""
     # The keys as recorded: a read records nothing, so a key rotated in is listed once a write
     # path (an ingest, `signcheckpoint`, `migrate`) has recorded it and signed with it.
     origin = log.head().origin
@@ -327,18 +362,23 @@ def keys_document(request: HttpRequest) -> HttpResponse:
                 "created_at": format_timestamp(key.created_at),
                 "retired_at": format_timestamp(key.retired_at) if key.retired_at else None,
                 "pem": ed25519.public_pem(public),
+                # Only a compromised key has it (SPEC, "Key compromise"): from when on
+                # nothing it signed counts.
+                **(
+                    {"compromised_at": format_timestamp(key.compromised_at)}
+                    if key.status == SigningKey.COMPROMISED and key.compromised_at
+                    else {}
+                ),
             }
         )
         vkey = note.verifier_key(origin, public)
         verifier_keys.append(vkey)
         if key.status == SigningKey.ACTIVE:
             active_vkey = vkey
-    return _json(
-        {
-            "keys": listed,
-            "log": {"origin": origin, "verifier_key": active_vkey, "verifier_keys": verifier_keys},
-        }
-    )
+    return {
+        "keys": listed,
+        "log": {"origin": origin, "verifier_key": active_vkey, "verifier_keys": verifier_keys},
+    }
 
 
 @api_route("GET", public=True)
@@ -373,9 +413,10 @@ def consistency(request: HttpRequest) -> HttpResponse:
 def healthz(request: HttpRequest) -> HttpResponse:
     # Ok only when the site could answer everything: the database answers (a query below), the
     # log is sound and has a signed checkpoint, and the site has a key it may sign with.
-    # Otherwise the Problem raised (log-not-signed, cannot-sign) is the 503.
-    log.published()
+    # Otherwise the Problem raised (log-not-signed, cannot-sign) is the 503. The key first:
+    # after `compromisekey`, until the restart, that is what the operator has to fix.
     keyring.check_usable()
+    log.published()
     return _json({"status": "ok"})
 
 

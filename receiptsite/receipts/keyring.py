@@ -5,7 +5,9 @@ The key is recorded by a write path only, never by a read: the first time a proc
 it (an ingest, `migrate`, `manage.py signcheckpoint`) it records the public key as active and
 marks every other active key retired (still published, so what they signed keeps verifying).
 Rotating is therefore: point SIGNING_KEY_FILE at a new key, restart, and let a write path run
-(README, "Rotating the signing key").
+(README, "Rotating the signing key"). The one exception is a key found compromised under the
+append lock: `compromisekey` may have written the new key in place of it, so the file is read
+again then (taken_over), and the new key signs from that write on, with no restart.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from receiptsite import config
 from receiptsite.integrity import keys
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import SigningKey
@@ -72,11 +75,44 @@ def configured() -> ConfiguredKey:
 def active_key() -> ActiveKey:
     """The configured key, recorded as the active one. For write paths only. Raises
     CannotSign."""
-    key = configured()
+    return record(configured())
+
+
+def configured_from(private: Ed25519PrivateKey) -> ConfiguredKey:
+    """Another key than SIGNING_KEY_FILE's (the one `compromisekey` activates)."""
+    public = keys.public_raw(private)
+    return ConfiguredKey(private, public, keys.jwk_thumbprint(public))
+
+
+def record(key: ConfiguredKey) -> ActiveKey:
+    """`key`, recorded as the active one (once per process). Raises CannotSign for a key
+    marked compromised."""
     row = _recorded.get(key.kid)
     if row is None:
         row = _recorded[key.kid] = _activate(key)
     return ActiveKey(key.private, key.public, key.kid, row)
+
+
+def taken_over(kid: str) -> ConfiguredKey:
+    """The configured key `kid` is marked compromised: the key that replaced it, when
+    `compromisekey` wrote that one in place of it in SIGNING_KEY_FILE (the file is read again,
+    and becomes the configured key), else CannotSign. Reads and writes no row."""
+    path = settings.SIGNING_KEY_FILE
+    try:
+        private = config.signing_key(path) if path else None
+    except config.ConfigurationError:
+        private = None
+    if private is None or configured_from(private).kid == kid:
+        raise found_compromised(kid)
+    settings.SIGNING_KEY = private
+    return configured()
+
+
+def found_compromised(kid: str) -> CannotSign:
+    """The key `kid` turned out compromised since this process recorded it (the write path
+    reads its status under the append lock): forget it and refuse to sign with it."""
+    _recorded.pop(kid, None)
+    return _compromised(kid)
 
 
 def _activate(key: ConfiguredKey) -> SigningKey:
@@ -97,15 +133,20 @@ def _activate(key: ConfiguredKey) -> SigningKey:
 def _compromised(kid: str) -> CannotSign:
     return CannotSign(
         f"the key in SIGNING_KEY_FILE ({kid}) is marked compromised; point SIGNING_KEY_FILE "
-        "at a new key and restart"
+        "at the new key `compromisekey` named and restart"
     )
 
 
+def _is_compromised(kid: str) -> bool:
+    return SigningKey.objects.filter(kid=kid, status=SigningKey.COMPROMISED).exists()
+
+
 def check_usable() -> None:
-    """For /healthz, a read: raise CannotSign unless the configured key may sign."""
+    """For /healthz, a read: raise CannotSign unless the configured key may sign (after
+    `compromisekey`, the key it wrote into SIGNING_KEY_FILE counts)."""
     key = configured()
-    if SigningKey.objects.filter(kid=key.kid, status=SigningKey.COMPROMISED).exists():
-        raise _compromised(key.kid)
+    if _is_compromised(key.kid) and _is_compromised(taken_over(key.kid).kid):
+        raise _compromised(configured().kid)
 
 
 def sign(data: bytes) -> tuple[bytes, SigningKey]:

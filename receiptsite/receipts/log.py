@@ -48,7 +48,14 @@ from receiptsite.integrity import merkle, note
 from receiptsite.integrity.encoding import b64, b64decode
 from receiptsite.problems import Problem
 from receiptsite.receipts import keyring, logstate
-from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt, SignedCheckpoint
+from receiptsite.receipts.models import (
+    Checkpoint,
+    LogEntry,
+    LogNode,
+    Receipt,
+    SignedCheckpoint,
+    SigningKey,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,24 +106,37 @@ _NODE = LogNode._meta.db_table
 _HEAD = Checkpoint._meta.db_table
 _ENTRY = LogEntry._meta.db_table
 _SIGNED = SignedCheckpoint._meta.db_table
+_KEY = SigningKey._meta.db_table
 
 # The stored head and the latest signed checkpoint (with the stored root at its size), in one
-# round trip.
+# round trip; and the status of the key a write path is about to sign with (the key `%s`
+# names), so that a key marked compromised by `compromisekey` meanwhile signs nothing more.
 _SNAPSHOT = (
-    f"SELECT h.tree_size, h.root_hash, h.origin, s.signing_key_id, s.note, r.root_hash "
-    f"FROM (SELECT 1 AS one) AS base "
+    f"SELECT h.tree_size, h.root_hash, h.origin, s.signing_key_id, s.note, r.root_hash, "
+    f"k.status FROM (SELECT 1 AS one) AS base "
     f"LEFT JOIN (SELECT tree_size, root_hash, origin FROM {_HEAD} "
     f"ORDER BY tree_size DESC LIMIT 1) AS h ON 1 = 1 "
     f"LEFT JOIN (SELECT tree_size, signing_key_id, note FROM {_SIGNED} "
     f"ORDER BY tree_size DESC, id DESC LIMIT 1) AS s ON 1 = 1 "
-    f"LEFT JOIN {_HEAD} AS r ON r.tree_size = s.tree_size"
+    f"LEFT JOIN {_HEAD} AS r ON r.tree_size = s.tree_size "
+    f"LEFT JOIN {_KEY} AS k ON k.kid = %s"
 )
-# For reads: the latest signed note, the stored size, and the stored root at the size
-# LOG_STATE_FILE remembers, in one round trip.
+# A checkpoint by a compromised key counts only when it was signed before the compromise.
+_DISOWNED = (
+    f"k.status = '{SigningKey.COMPROMISED}' "
+    "AND (k.compromised_at IS NULL OR s.signed_at >= k.compromised_at)"
+)
+# For reads: the latest signed note (and the kid of its key when that key was compromised
+# before it signed), the stored size, and the stored root at the size LOG_STATE_FILE
+# remembers, in one round trip.
 _PUBLISHED = (
-    f"SELECT (SELECT note FROM {_SIGNED} ORDER BY tree_size DESC, id DESC LIMIT 1), "
+    f"SELECT s.note, CASE WHEN {_DISOWNED} THEN k.kid END, "
     f"(SELECT MAX(tree_size) FROM {_HEAD}), "
-    f"(SELECT root_hash FROM {_HEAD} WHERE tree_size = %s)"
+    f"(SELECT root_hash FROM {_HEAD} WHERE tree_size = %s) "
+    f"FROM (SELECT 1 AS one) AS base "
+    f"LEFT JOIN (SELECT note, signing_key_id, signed_at FROM {_SIGNED} "
+    f"ORDER BY tree_size DESC, id DESC LIMIT 1) AS s ON 1 = 1 "
+    f"LEFT JOIN {_KEY} AS k ON k.id = s.signing_key_id"
 )
 
 
@@ -142,15 +162,20 @@ def _parse(text: str) -> SignedHead:
     return SignedHead(origin=origin, size=size, root=root, note=text)
 
 
-def _snapshot() -> tuple[Head, _Latest | None]:
-    ((size, root, origin, key_id, text, signed_root),) = _query(_SNAPSHOT)
+def _snapshot(kid: str = "") -> tuple[Head, _Latest | None]:
+    return _snapshot_with_status(kid)[:2]
+
+
+def _snapshot_with_status(kid: str) -> tuple[Head, _Latest | None, str | None]:
+    """The stored head, the latest signed checkpoint, and the status of the key `kid`."""
+    ((size, root, origin, key_id, text, signed_root, status),) = _query(_SNAPSHOT, [kid])
     latest = None
     if text is not None:
         signed = _parse(text)
         stored_root = merkle.EMPTY_ROOT if signed.size == 0 else signed_root
         latest = _Latest(key_id, signed, bytes(stored_root) if stored_root is not None else None)
     if size is not None:
-        return Head(origin=origin, size=size, root=bytes(root)), latest
+        return Head(origin=origin, size=size, root=bytes(root)), latest, status
     # The origin is fixed by the first checkpoint, even the empty tree's: a later change of
     # SITE_URL does not move the log.
     if latest is not None:
@@ -158,7 +183,7 @@ def _snapshot() -> tuple[Head, _Latest | None]:
     else:
         known = read_state()
         origin = known.origin if known is not None else settings.LOG_ORIGIN
-    return Head(origin=origin, size=0, root=merkle.EMPTY_ROOT), latest
+    return Head(origin=origin, size=0, root=merkle.EMPTY_ROOT), latest, status
 
 
 def head() -> Head:
@@ -177,16 +202,30 @@ def lock_for_append() -> None:
     cannot roll back), so that a receipt replayed after such a crash is answered only once a
     checkpoint includes it.
     """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [APPEND_LOCK])
+    lock()
     _bring_up_to_date()
 
 
-def _bring_up_to_date() -> None:
+def lock() -> None:
+    """Take the lock that serialises appends and signatures, inside a transaction (see
+    lock_for_append); `compromisekey` takes it too, to sign with a key of its own."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [APPEND_LOCK])
+
+
+def _bring_up_to_date(key: keyring.ActiveKey | None = None) -> None:
     """With the lock held: refuse a rolled-back log, else make the latest signed checkpoint
-    the stored head's, signed by the active key."""
-    current, latest = _snapshot()
+    the stored head's, signed by `key` (default: the active key). CannotSign when that key was
+    marked compromised since this process recorded it."""
+    if key is not None:
+        kid = key.kid
+    else:
+        try:
+            kid = keyring.configured().kid
+        except keyring.CannotSign:
+            kid = ""  # raised again below, once the log itself is checked
+    current, latest, status = _snapshot_with_status(kid)
     known = read_state()
     # The stored tree must extend both the tree remembered outside the database and the latest
     # one signed inside it (usually the same tree: then this costs no further query).
@@ -198,7 +237,13 @@ def _bring_up_to_date() -> None:
         _refuse(known, current.size, roots.get(known.size))
     if latest is not None and (known is None or known.size < latest.signed.size):
         _remember(latest.signed)  # committed before, not yet remembered (a crash in between)
-    key = keyring.active_key()
+    if status == SigningKey.COMPROMISED:
+        if key is not None:
+            raise keyring.found_compromised(key.kid)
+        # `compromisekey` may have written the new key into SIGNING_KEY_FILE: sign with it.
+        key = keyring.record(keyring.taken_over(kid))
+    elif key is None:
+        key = keyring.active_key()
     if latest is not None and latest.signed.size == current.size and latest.key_id == key.row.pk:
         return
     _store_note(current, key)
@@ -254,6 +299,12 @@ def sign_head() -> None:
     the tree it signs cannot roll back. Raises LogRollback, LogNotSigned, CannotSign."""
     with transaction.atomic(durable=True):
         lock_for_append()
+
+
+def sign_head_with(key: keyring.ActiveKey) -> None:
+    """As sign_head, with `key` rather than SIGNING_KEY_FILE's, inside the caller's
+    transaction, after lock() (`compromisekey`, for the key it activates)."""
+    _bring_up_to_date(key)
 
 
 def append(receipt: Receipt, data: bytes) -> Head:
@@ -314,13 +365,21 @@ def published() -> SignedHead:
     # after it is at least as large unless the database went back. (Read the other way round,
     # a signature made between the two reads would look like a rollback.)
     known = read_state()
-    ((text, size, root),) = _query(_PUBLISHED, [known.size if known is not None else 0])
+    ((text, disowned, size, root),) = _query(_PUBLISHED, [known.size if known is not None else 0])
     if known is not None:
         stored_root = merkle.EMPTY_ROOT if known.size == 0 else root
         _refuse(known, size or 0, bytes(stored_root) if stored_root is not None else None)
     if text is None:
         raise LogNotSigned(
             "No checkpoint has been signed yet; `python manage.py signcheckpoint` signs one."
+        )
+    if disowned is not None:
+        logger.critical("transparency log: the latest checkpoint is by a compromised key")
+        raise LogNotSigned(
+            f"The latest checkpoint is signed by the key {disowned}, which was marked "
+            "compromised before it signed it, so it proves nothing; `python manage.py "
+            "signcheckpoint`, with SIGNING_KEY_FILE naming a key that is not compromised, "
+            "signs the current tree."
         )
     return _parse(text)
 

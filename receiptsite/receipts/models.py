@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection, models
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 
 from receiptsite.receipts.evidence import COLUMNS, LIST_FILTERS, StoredColumn
 
@@ -98,6 +99,8 @@ class SigningKey(models.Model):
     status = models.CharField(max_length=12, choices=STATUSES, default=ACTIVE)
     created_at = models.DateTimeField(default=timezone.now)
     retired_at = models.DateTimeField(null=True, blank=True)
+    # For a compromised key: from when on nothing it signed counts (`compromisekey --at`).
+    compromised_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.kid} ({self.status})"
@@ -376,6 +379,26 @@ class SignedCheckpoint(models.Model):
         return f"checkpoint of {self.tree_size} leaves ({self.signing_key_id})"
 
 
+class AppendedSignature(models.Model):
+    """A receipt signed again, by the key that replaced a compromised one: made by
+    `compromisekey` for each receipt that key signed whose leaf a checkpoint signed before
+    `compromised_at` includes. Append-only (migrations/0010_key_compromise); the newest one
+    that verifies is the receipt's signature (verification.py)."""
+
+    receipt = models.ForeignKey(Receipt, on_delete=models.PROTECT, related_name="+")
+    signing_key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="+")
+    signature = models.BinaryField(max_length=64)
+    signed_at = models.DateTimeField(default=timezone.now)
+    # The checkpoint that shows the receipt was logged before the old key was compromised.
+    evidence = models.ForeignKey(SignedCheckpoint, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        indexes = [models.Index(fields=["receipt", "id"], name="appendedsignature_receipt")]
+
+    def __str__(self) -> str:
+        return f"signature of receipt {self.receipt_id} by {self.signing_key_id}"
+
+
 class ReviewDecision(models.Model):
     """An auditor's decision on a receipt. Append-only: a correction is a new decision that
     supersedes the old one. Internal: the public page never shows decisions."""
@@ -415,6 +438,38 @@ class ReviewDecision(models.Model):
         return f"{self.get_conclusion_display()} by {self.reviewer} at {self.reviewed_at:%Y-%m-%d}"
 
 
+class DecisionLink(models.Model):
+    """A review decision's place in the auditors' record: one hash chain over every decision,
+    kept apart from the public log (receipts/decisions.py). The link holds the hash of the
+    decision's canonical bytes (which name the decision before it) and the site's signature
+    over them; the decision row itself is untouched. Append-only (migrations/0011)."""
+
+    SITE, MIGRATION = "site", "migration"
+    CHAINED_BY = [(SITE, "the site, when it was recorded"), (MIGRATION, "migration 0011")]
+
+    # 0, 1, 2, ... in the order decisions were recorded: unique, so no two can claim one place.
+    position = models.PositiveBigIntegerField(unique=True)
+    # DO_NOTHING: a DELETE of a decision goes to the database, whose trigger refuses it (the
+    # foreign key stays in the database too).
+    decision = models.OneToOneField(
+        ReviewDecision, on_delete=models.DO_NOTHING, related_name="link"
+    )
+    # The decision before (its id and hash; none for the first): unique, so the chain cannot
+    # fork.
+    previous_decision_id = models.BigIntegerField(null=True, blank=True)
+    previous_hash = models.CharField(max_length=64, unique=True)
+    # The signed document (decisions.document(), RFC 8785), its sha256 and its signature.
+    canonical_bytes = models.BinaryField()
+    decision_hash = models.CharField(max_length=64)
+    signature = models.BinaryField(max_length=64)
+    signing_key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="+")
+    chained_at = models.DateTimeField(default=timezone.now)
+    chained_by = models.CharField(max_length=16, choices=CHAINED_BY, default=SITE)
+
+    def __str__(self) -> str:
+        return f"decision {self.decision_id} at position {self.position}"
+
+
 class RateBucket(models.Model):
     """A rate limit's token bucket, shared by every worker and host (receipts/ratelimit.py).
     Not a record: each take rewrites its row, and full buckets are deleted."""
@@ -425,3 +480,51 @@ class RateBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.tokens:g} tokens"
+
+
+class Withdrawal(models.Model):
+    """A receipt withdrawn by its publisher or an auditor: append-only, one per receipt.
+
+    Its existence is what lets the database erase the receipt's content (the one change of a
+    receipt row the triggers permit, migrations/0009_withdrawal); receipts/withdrawal.py does
+    it. `receipt_public_id` repeats the receipt's public id so that, on PostgreSQL, a public
+    read of that one receipt can read its withdrawal too (rowsecurity.SCOPED)."""
+
+    # The reason categories of the contract, and how the page names each.
+    REASONS = [
+        ("personal_data", gettext_lazy("personal data")),
+        ("secret", gettext_lazy("a secret")),
+        ("legal", gettext_lazy("a legal reason")),
+        ("other", gettext_lazy("another reason")),
+    ]
+    PUBLISHER, AUDITOR = "publisher", "auditor"
+    BY = [(PUBLISHER, gettext_lazy("the publisher")), (AUDITOR, gettext_lazy("an auditor"))]
+
+    receipt = models.OneToOneField(Receipt, on_delete=models.PROTECT, related_name="withdrawal")
+    receipt_public_id = models.UUIDField(unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    withdrawn_at = models.DateTimeField(default=timezone.now)
+    reason = models.CharField(max_length=20, choices=REASONS)
+    note = models.CharField(max_length=500, blank=True)
+    withdrawn_by = models.CharField(max_length=10, choices=BY)
+    api_key = models.ForeignKey(
+        ApiKey, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    auditor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
+        related_name="+",
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(withdrawn_by="publisher", api_key__isnull=False, auditor__isnull=True)
+                    | models.Q(withdrawn_by="auditor", auditor__isnull=False, api_key__isnull=True)
+                ),
+                name="withdrawal_by_publisher_or_auditor",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"withdrawal of {self.receipt_public_id} ({self.reason})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from receiptsite.receipts import evidence
+from receiptsite.receipts import evidence, withdrawal
 from receiptsite.receipts.validation import NO_NUL, Enum
 
 STRING = {"type": "string"}
@@ -60,12 +60,41 @@ INGEST_ANSWER = {
 
 SUMMARY = {
     "type": "object",
+    "description": "A withdrawn receipt's summary has `withdrawn_at`, null for the fields read "
+    "from its erased document, and no `document`.",
     "properties": {
         **INGEST_ANSWER["properties"],  # type: ignore[dict-item]
-        "workflow_id": STRING,
-        "phase": STRING,
-        "subject": {"type": "object"},
+        "workflow_id": {"type": ["string", "null"]},
+        "phase": {"type": ["string", "null"]},
+        "subject": {"type": ["object", "null"]},
         "outcome": {"type": ["string", "null"]},
+        "withdrawn_at": TIMESTAMP,
+    },
+}
+
+WITHDRAWAL_IN: dict[str, Any] = withdrawal.BODY.schema()
+WITHDRAWAL_ANSWER = {
+    "type": "object",
+    "required": ["id", "withdrawn_at", "reason"],
+    "properties": {
+        "id": UUID,
+        "withdrawn_at": TIMESTAMP,
+        "reason": {"enum": list(withdrawal.REASONS)},
+    },
+}
+
+WITHDRAWN = {
+    "type": "object",
+    "description": "The 410 answer of a withdrawn receipt's verification: the kept leaf hash "
+    "and the log object, whose inclusion proof verifies against the current checkpoint.",
+    "required": ["receipt_id", "status", "withdrawn_at", "reason", "leaf_hash", "log"],
+    "properties": {
+        "receipt_id": UUID,
+        "status": {"const": "withdrawn"},
+        "withdrawn_at": TIMESTAMP,
+        "reason": {"enum": list(withdrawal.REASONS)},
+        "leaf_hash": {"type": ["string", "null"], "contentEncoding": "base64"},
+        "log": {"type": ["object", "null"]},
     },
 }
 
@@ -177,6 +206,9 @@ OPENAPI: dict[str, Any] = {
             "IngestAnswer": INGEST_ANSWER,
             "Summary": SUMMARY,
             "Verification": VERIFICATION,
+            "WithdrawalIn": WITHDRAWAL_IN,
+            "WithdrawalAnswer": WITHDRAWAL_ANSWER,
+            "Withdrawn": WITHDRAWN,
             "AuditEntry": AUDIT_ENTRY,
         },
     },
@@ -272,6 +304,27 @@ OPENAPI: dict[str, Any] = {
                 },
             }
         },
+        "/api/receipts/{receipt_id}/withdrawal": {
+            "post": {
+                "summary": "Withdraw one of the tenant's receipts: its content is erased, its "
+                "place in the log kept",
+                "operationId": "withdrawReceipt",
+                "security": [{"apiKey": []}],
+                "parameters": [ID_PARAM],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("WithdrawalIn")}},
+                },
+                "responses": {
+                    "201": _json("Withdrawn, or the first withdrawal replayed "
+                                 "(Idempotent-Replayed: true)", _ref("WithdrawalAnswer")),
+                    "404": _problem("No receipt of this tenant has this id"),
+                    **AUTH_ERRORS,
+                    **BODY_ERRORS,
+                    "422": _problem("The withdrawal body is not valid"),
+                },
+            }
+        },
         "/api/audit-logs": {
             "get": {
                 "summary": "The tenant's API audit log, newest first",
@@ -304,6 +357,7 @@ OPENAPI: dict[str, Any] = {
                 "responses": {
                     "200": _json("The verification", _ref("Verification")),
                     "404": _problem("No receipt has this id"),
+                    "410": _json("The receipt was withdrawn", _ref("Withdrawn")),
                 },
             }
         },

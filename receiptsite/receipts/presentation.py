@@ -10,9 +10,10 @@ from django.utils.translation import get_language, gettext_lazy, pgettext_lazy
 from django.utils.translation import gettext as _
 from receiptsite_client.handoff import handoff_block
 
-from receiptsite.receipts import memo, rowsecurity
+from receiptsite.receipts import bundle, jsonld, memo, rowsecurity
+from receiptsite.receipts.commands import bundle_command, hash_commands
 from receiptsite.receipts.evidence import BOUNDARY, page_rows
-from receiptsite.receipts.models import Receipt, ReviewDecision
+from receiptsite.receipts.models import Receipt, ReviewDecision, SigningKey, format_timestamp
 from receiptsite.receipts.verification import read_bytes
 
 SUBJECT_WORDS = {
@@ -108,6 +109,26 @@ def page_checks(verification: dict[str, Any]) -> list[dict[str, Any]]:
         }
         for check in verification["checks"]
     ]
+
+
+def compromised_since(receipt: Receipt, checks: list[dict[str, Any]]) -> str | None:
+    """When the signature check fails because the key that signed the receipt is compromised
+    (and the receipt was not provably logged before): from when on, for the page to say why
+    in plain words, and that check's sentence in the reader's language. No query: the key
+    comes with the receipt."""
+    key = receipt.signing_key
+    failed = any(c["name"] == "signature" and c["result"] == "fail" for c in checks)
+    if not failed or key.status != SigningKey.COMPROMISED:
+        return None
+    since = format_timestamp(key.compromised_at) if key.compromised_at else _("an unknown time")
+    for check in checks:
+        if check["name"] == "signature":
+            check["sentence"] = _(
+                "The key that made this signature was reported compromised (it may have "
+                "leaked) as of %(time)s, and the site cannot show that this receipt was logged "
+                "before then, so the signature could be forged."
+            ) % {"time": since}
+    return since
 
 
 def readable_document(receipt: Receipt) -> dict[str, Any]:
@@ -224,6 +245,7 @@ def page_context(
     doc = reading["doc"]
     parent, children = _linked(receipt, doc.get("links", {}))
     checks = page_checks(verification) if verification else []
+    compromised = compromised_since(receipt, checks)
     status = verification["status"] if verification else None
     return {
         **reading,
@@ -244,11 +266,18 @@ def page_context(
                   for c in checks),
         ),
         "failed_checks": [c for c in checks if c["result"] == "fail"],
+        # The signature fails only because its key was compromised: the page says so.
+        "compromised_since": compromised,
+        "compromise_only": compromised is not None
+        and [c["name"] for c in checks if c["result"] == "fail"] == ["signature"],
         "handoff": handoff_block(
             doc, receipt.url, follow_up_line(receipt, show_follow_up=show_follow_up)
         ),
         "site_url": settings.SITE_URL,
-        "verify_command": (
-            f"curl -s {receipt.verify_url} | jq -r .canonical_bytes | base64 -d | sha256sum"
-        ),
+        # The "check it yourself" commands for Linux, macOS and Windows (receipts/commands.py),
+        # the offline bundle's, and the page's JSON-LD facts (receipts/jsonld.py).
+        "verify_commands": hash_commands(receipt.verify_url),
+        "bundle_file": bundle.filename(receipt),
+        "bundle_command": bundle_command(bundle.filename(receipt)),
+        "json_ld": jsonld.script_text(jsonld.receipt_facts(receipt, doc)),
     }

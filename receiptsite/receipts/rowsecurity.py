@@ -80,6 +80,8 @@ class Scoped:
 SCOPED: list[Scoped] = [
     Scoped("receipts_receipt", "tenant_id", public_column="public_id"),
     Scoped("audit_auditentry", "tenant_id"),
+    # A public read of a withdrawn receipt reads its withdrawal by the receipt's public id.
+    Scoped("receipts_withdrawal", "tenant_id", public_column="receipt_public_id"),
 ]
 
 TENANT = "app.tenant_id"
@@ -100,6 +102,8 @@ SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND n.nspname = 'public'
 """
 READ_ONLY_TABLES = ("django_migrations",)
+# Erases a withdrawn receipt's content (receipts/withdrawal.py), as the tables' owner.
+ERASE_FUNCTION = "receiptsite_erase_withdrawn(bigint)"
 # Written by commands run as the owner, never by the site: the permit to prune the audit log.
 OWNER_ONLY_TABLES = ("audit_prunepermit",)
 
@@ -199,6 +203,10 @@ def grants(db: BaseDatabaseWrapper, role: str) -> list[str]:
         else:
             privileges = "SELECT, INSERT, UPDATE, DELETE"
         statements.append(f"GRANT {privileges} ON {table} TO {role}")
+    # A withdrawal erases a receipt's content through the one function that may (migration
+    # 0009; the receipts' trigger lets it through only once the row's withdrawal exists): the
+    # site role itself may not UPDATE a receipt.
+    statements.append(f"GRANT EXECUTE ON FUNCTION {ERASE_FUNCTION} TO {role}")
     return statements
 
 

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from receiptsite.integrity.canonical import canonical_bytes, sha256_hex
-from receiptsite.receipts import keyring, log
+from receiptsite.receipts import decisions, keyring, log
 from receiptsite.receipts.document import (
     DocumentInvalid,
     Draft,
@@ -273,15 +273,22 @@ def decision_record(
     follow_up: str = "",
     supersedes: ReviewDecision | None = None,
 ) -> ReviewDecision:
-    """Append a review decision, bound to the output hash the reviewer saw."""
+    """Append a review decision, bound to the output hash the reviewer saw, and sign it into
+    the auditors' record (decisions.chain) in the same transaction. Raises
+    keyring.CannotSign (503) without a usable key, before anything is stored."""
     if supersedes is not None and supersedes.receipt_id != receipt.pk:
         raise ValueError("a decision can only supersede a decision on the same receipt")
-    return ReviewDecision.objects.create(
-        receipt=receipt,
-        reviewer=reviewer,
-        conclusion=conclusion,
-        exception_note=exception_note,
-        follow_up=follow_up,
-        output_hash=receipt.output_hash,
-        supersedes=supersedes,
-    )
+    with transaction.atomic():
+        decisions.lock()  # two auditors saving at once take turns: the record cannot fork
+        keyring.active_key()
+        decision = ReviewDecision.objects.create(
+            receipt=receipt,
+            reviewer=reviewer,
+            conclusion=conclusion,
+            exception_note=exception_note,
+            follow_up=follow_up,
+            output_hash=receipt.output_hash,
+            supersedes=supersedes,
+        )
+        decisions.chain(decision)
+    return decision

@@ -15,12 +15,12 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from receiptsite.integrity import keys, merkle
+from receiptsite.integrity import merkle
 from receiptsite.integrity.canonical import is_canonical, sha256_hex
 from receiptsite.integrity.encoding import b64
-from receiptsite.receipts import log, memo
+from receiptsite.receipts import log, memo, signatures
 from receiptsite.receipts.evidence import COLUMNS, columns_of
-from receiptsite.receipts.models import LogEntry, Receipt, SigningKey, format_timestamp
+from receiptsite.receipts.models import LogEntry, Receipt, format_timestamp
 
 
 class CheckResult(TypedDict):
@@ -93,8 +93,6 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
     """The verification JSON (docs/verification.md) of a receipt fetched with its tenant,
     signing key and log entry (Receipt.objects.verifiable() or for_verification())."""
     data = receipt.raw_bytes()
-    signature = bytes(receipt.signature)
-    key: SigningKey = receipt.signing_key
     checks: list[CheckResult] = []
     reading = read_bytes(data)
 
@@ -124,21 +122,11 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
             "The stored columns disagree with the document: " + ", ".join(wrong) + ".",
         )
     )
-    if key.status == SigningKey.COMPROMISED:
-        checks.append(
-            _check("signature", False, "", "The signing key is marked compromised.")
-        )
-    else:
-        checks.append(
-            _check(
-                "signature",
-                keys.verify_signature(bytes(key.public_key), data, signature),
-                "The Ed25519 signature verifies under a published key.",
-                "The Ed25519 signature does not verify under the published key.",
-            )
-        )
+    # The newest signature that verifies under a key not compromised (signatures.py).
+    signed = signatures.shown(receipt, data)
+    checks.append(_check("signature", signed.passed, signed.detail, signed.detail))
 
-    log_json, log_check = _log_part(receipt, data)
+    log_json, log_check = log_part(receipt, data)
     checks.append(log_check)
 
     results = {check["result"] for check in checks}
@@ -155,8 +143,8 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
         "checks": checks,
         "signature": {
             "algorithm": "Ed25519",
-            "key_id": key.kid,
-            "value": b64(signature),
+            "key_id": signed.key.kid,
+            "value": b64(signed.value),
             "keys_url": settings.SITE_URL + reverse("receipt-keys"),
         },
         "log": log_json,
@@ -164,7 +152,11 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
     }
 
 
-def _log_part(receipt: Receipt, data: bytes) -> tuple[dict[str, Any] | None, CheckResult]:
+def log_part(
+    receipt: Receipt, data: bytes, leaf: bytes | None = None
+) -> tuple[dict[str, Any] | None, CheckResult]:
+    """The `log` object and the `log_inclusion` check, for the leaf of `data`, or for the
+    given leaf hash (a withdrawn receipt's, whose bytes are erased: receipts/withdrawal.py)."""
     try:
         index = receipt.log_entry.index
     except LogEntry.DoesNotExist:
@@ -187,7 +179,8 @@ def _log_part(receipt: Receipt, data: bytes) -> tuple[dict[str, Any] | None, Che
             f"covers {signed.size} leaves, and the one that includes it is being signed.",
         }
     proof = log.inclusion_proof(index, signed.size)
-    leaf = merkle.leaf_hash(data)
+    if leaf is None:
+        leaf = merkle.leaf_hash(data)
     included = merkle.verify_inclusion(leaf, index, signed.size, proof, signed.root)
     check = _check(
         "log_inclusion",

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
 from receiptsite.problems import Problem, problem
+from receiptsite.receipts import bundle
 from receiptsite.receipts.forms import DecisionForm
 from receiptsite.receipts.http import (
+    View,
     capability,
     rate_limited,
     receipt_not_found,
@@ -27,6 +31,7 @@ from receiptsite.receipts.models import Receipt, ReviewDecision
 from receiptsite.receipts.presentation import page_context, receipt_handoff
 from receiptsite.receipts.services import decision_record
 from receiptsite.receipts.verification import verification_json
+from receiptsite.receipts.withdrawal import Withdrawn, withdrawn
 
 
 @require_safe
@@ -79,6 +84,8 @@ def receipt_page(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     receipt = _receipt(receipt_id)
     if receipt is None:
         return render(request, "404.html", status=404)
+    if (found := withdrawn(receipt)) is not None:
+        return _withdrawn_page(request, found)
     # htmx's "Check again" asks for the verification panel alone; a plain link gets the page.
     htmx = getattr(request, "htmx", False)
     partial = "verification-panel" if htmx and request.GET.get("part") == "verification" else ""
@@ -92,6 +99,8 @@ def receipt_decision(request: HttpRequest, receipt_id: uuid.UUID) -> HttpRespons
     receipt = _receipt(receipt_id)
     if receipt is None:
         return render(request, "404.html", status=404)
+    if (found := withdrawn(receipt)) is not None:
+        return _withdrawn_page(request, found)  # nothing left to review
     if not _can_review(request):
         raise PermissionDenied
     form = DecisionForm(request.POST, receipt=receipt)
@@ -123,8 +132,52 @@ def handoff_txt(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
             status=404,
             content_type="text/plain; charset=utf-8",
         )
+    if (found := withdrawn(receipt)) is not None:
+        return HttpResponse(
+            f"This receipt was withdrawn on {found.withdrawn_at}, by "
+            f"{found.withdrawal.withdrawn_by}, for the reason {found.withdrawal.reason}. Its "
+            "content was erased; its place in the tamper-evident log is kept.\n",
+            status=410,
+            content_type="text/plain; charset=utf-8",
+        )
     text = receipt_handoff(receipt, show_follow_up=_is_auditor(request))
     return HttpResponse(text, content_type="text/plain; charset=utf-8")
+
+
+def _withdrawn_page(request: HttpRequest, found: Withdrawn) -> HttpResponse:
+    """410: a plain page saying when, by whom and why the receipt was withdrawn."""
+    context = {"withdrawal": found.withdrawal, "withdrawn_at": found.withdrawn_at}
+    return render(request, "receipts/withdrawn.html", context, status=410)
+
+
+def _cors(view: View) -> View:
+    """Readable from any origin, like the JSON routes: verifiers on other sites use it."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        response["Access-Control-Allow-Origin"] = "*"
+        return response
+
+    return wrapper
+
+
+@csrf_exempt  # it only reads: another method is a 405, never the CSRF page
+@_cors
+@capability
+@require_safe
+@rate_limited("read")
+def receipt_bundle(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
+    """The offline bundle (receipts/bundle.py), as a file to download."""
+    receipt = _receipt(receipt_id)
+    if receipt is None:
+        return render(request, "404.html", status=404)
+    body, status = bundle.bundle_json(receipt)
+    response = JsonResponse(
+        body, status=status, json_dumps_params={"ensure_ascii": False, "indent": 2}
+    )
+    response["Content-Disposition"] = f'attachment; filename="{bundle.filename(receipt)}"'
+    return response
 
 
 def _is_capability_path(path: str) -> bool:
@@ -159,6 +212,8 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
         response = render(request, "404.html", status=404)
     if _is_capability_path(request.path):
         set_capability_headers(response)
+    if request.path.startswith("/run/") and request.path.endswith("/bundle.json"):
+        response["Access-Control-Allow-Origin"] = "*"  # as receipt_bundle's own 404
     return response
 
 

@@ -225,7 +225,11 @@
         if (!key) {
           show(gettext("signature"), "fail", fmt(gettext("The signing key %(kid)s is not published."), { kid: answer.signature.key_id }));
         } else if (key.status === "compromised") {
-          show(gettext("signature"), "fail", gettext("The signing key is marked compromised."));
+          // The site shows the newest signature that counts: one by a compromised key means
+          // the receipt could not be shown to be logged before the key was compromised.
+          show(gettext("signature"), "fail", key.compromised_at
+            ? fmt(gettext("The signing key is marked compromised as of %(time)s, and the receipt could not be shown to be logged before then: its signature cannot be told from a forgery."), { time: key.compromised_at })
+            : gettext("The signing key is marked compromised."));
         } else {
           var ok = await ed25519Verify(b64urlDecode(key.x), b64decode(answer.signature.value), bytes);
           show(gettext("signature"), ok ? "pass" : "fail", ok ? gettext("The Ed25519 signature verifies under the published key.") : gettext("The Ed25519 signature does not verify."));
@@ -251,7 +255,7 @@
       var expected = log.origin + "\n" + log.tree_size + "\n" + log.root_hash + "\n";
       var good = checked.ok && checked.body === expected;
       show(gettext("checkpoint signature"), good ? "pass" : "fail", good ? fmt(gettext("The checkpoint of size %(size)s is signed by a published key."), { size: log.tree_size })
-        : checked.byCompromised ? gettext("The checkpoint is signed only by a key marked compromised.")
+        : checked.byCompromised ? gettext("The checkpoint is signed only by a key marked compromised. A checkpoint carries no time, so it cannot be shown to predate the compromise.")
           : gettext("The checkpoint's signature or content does not match."));
     } catch (error) {
       show(gettext("all checks"), "unchecked", fmt(gettext("The check could not run here (%(error)s). Use the commands below instead."), { error: error.message }));

@@ -309,6 +309,11 @@ class TrustedKey:
     raw: bytes
     kid: str
     status: str  # "active", "retired", "compromised", or "pinned"
+    compromised_at: str | None = None  # as the keys document states it, for the words only
+
+    def compromised_words(self) -> str:
+        when = f" as of {self.compromised_at}" if self.compromised_at else ""
+        return f"marked compromised{when}"
 
 
 def _listed_keys(keys: dict[str, Any] | None) -> tuple[list[TrustedKey], list[str]]:
@@ -339,7 +344,15 @@ def _listed_keys(keys: dict[str, Any] | None) -> tuple[list[TrustedKey], list[st
             problems.append(f"key {number}'s kid is not its RFC 7638 thumbprint")
             continue
         status = entry.get("status")
-        found.append(TrustedKey(raw, kid, status if isinstance(status, str) else "unknown"))
+        since = entry.get("compromised_at")
+        found.append(
+            TrustedKey(
+                raw,
+                kid,
+                status if isinstance(status, str) else "unknown",
+                since if isinstance(since, str) else None,
+            )
+        )
     return found, problems
 
 
@@ -356,8 +369,10 @@ def trusted_keys(keys: dict[str, Any] | None, pinned_x: str | None) -> list[Trus
     if len(raw) != PUBLIC_KEY_SIZE:
         raise ValueError("an Ed25519 public key is 32 bytes")
     kid = jwk_thumbprint(raw)
-    compromised = any(k.kid == kid and k.status == "compromised" for k in listed)
-    return [TrustedKey(raw, kid, "compromised" if compromised else "pinned")]
+    marked = next((k for k in listed if k.kid == kid and k.status == "compromised"), None)
+    if marked is not None:
+        return [marked]
+    return [TrustedKey(raw, kid, "pinned")]
 
 
 # --- RFC 9162 inclusion proofs ---------------------------------------------------------------
@@ -499,7 +514,14 @@ def _check_signature(
             f"The receipt was signed by key {kid}, which is not {where} (known: {known}).",
         )
     if key.status == "compromised":
-        return Check(name, FAIL, f"The signing key {kid} is marked compromised.")
+        # The site shows the newest signature that counts (a receipt logged before the
+        # compromise is signed again by the new key): this one could be a forgery.
+        return Check(
+            name,
+            FAIL,
+            f"The signing key {kid} is {key.compromised_words()}, and this signature is not "
+            "one the site could show was made before then: it cannot be told from a forgery.",
+        )
     if not ed25519_verify(key.raw, value, data):
         return Check(name, FAIL, f"The Ed25519 signature does not verify under key {kid}.")
     how = "the pinned key" if pinned else f"the listed key ({key.status})"
@@ -567,7 +589,7 @@ def _check_note(
     compromised = {note_key_id(name, k.raw): k for k in trusted if k.status == "compromised"}
     message = note.text.encode("utf-8")
     verified: list[str] = []
-    by_compromised = False
+    by_compromised: TrustedKey | None = None
     for sig_name, key_id, signature in note.signatures:
         if sig_name != name:
             continue  # another signer's signature (a witness, say): not ours to judge
@@ -581,18 +603,20 @@ def _check_note(
                 )
             verified.append(key.kid)
         elif key_id in compromised and ed25519_verify(compromised[key_id].raw, signature, message):
-            by_compromised = True
+            by_compromised = compromised[key_id]
     if verified:
         return content, Check(
             "checkpoint_signature",
             PASS,
             f"The checkpoint is signed by key {verified[0]} under the log's name {name}.",
         )
-    if by_compromised:
+    if by_compromised is not None:
         return content, Check(
             "checkpoint_signature",
             FAIL,
-            "The checkpoint is signed only by a key marked compromised.",
+            f"The checkpoint is signed only by a key marked compromised ({by_compromised.kid}, "
+            f"{by_compromised.compromised_words()}). A checkpoint carries no time, so it "
+            "cannot be shown to predate the compromise.",
         )
     return content, Check(
         "checkpoint_signature",
@@ -795,6 +819,7 @@ class Target:
     keys: dict[str, Any] | None = None  # a bundle's keys document
     expected_id: str | None = None
     source: str = ""
+    bundle: dict[str, Any] | None = None  # the whole bundle, when TARGET is one
 
 
 def _as_target(obj: Any, source: str, expected_id: str | None = None) -> Target:
@@ -806,7 +831,9 @@ def _as_target(obj: Any, source: str, expected_id: str | None = None) -> Target:
         verification, keys = obj.get("verification"), obj.get("keys")
         if not isinstance(verification, dict):
             raise CouldNotCheck(f"the bundle {source} holds no verification")
-        return Target(verification, keys if isinstance(keys, dict) else None, expected_id, source)
+        return Target(
+            verification, keys if isinstance(keys, dict) else None, expected_id, source, obj
+        )
     if "receipt_id" not in obj:
         raise CouldNotCheck(f"{source} is neither a verification JSON nor a bundle")
     return Target(obj, None, expected_id, source)
@@ -894,9 +921,16 @@ def verify_target(target: str, key: str | None = None, timeout: float = DEFAULT_
                 notes.append(TRUST_NOTE.format(source=keys_url))
             except CouldNotCheck as error:
                 notes.append(f"No key: {error}; pin one with --key.")
-    result = verify_verification(
-        loaded.verification, keys, pinned_x, expected_id=loaded.expected_id
-    )
+    if loaded.bundle is not None:
+        # A bundle also carries its log proof as a c2sp.org/tlog-proof text (bundle.py, which
+        # builds on this module).
+        from receiptsite_client.bundle import verify_bundle
+
+        result = verify_bundle(loaded.bundle, keys, pinned_x, expected_id=loaded.expected_id)
+    else:
+        result = verify_verification(
+            loaded.verification, keys, pinned_x, expected_id=loaded.expected_id
+        )
     result.notes[:0] = notes
     return result
 

@@ -159,9 +159,9 @@ def test_a_pinned_key_marked_compromised_in_the_keys_document_fails() -> None:
 def test_a_bundle_is_checked_with_its_own_keys_or_a_pinned_one(tmp_path: Path) -> None:
     bundle = {
         "bundle": "receipt-bundle/v1",
-        "verification": load("valid/redacted.json"),
+        "verification": load("valid/plain.json"),
         "keys": load("keys.json"),
-        "tlog_proof": "ignored here",
+        "tlog_proof": load("bundles/valid/plain.json")["tlog_proof"],
     }
     path = tmp_path / "bundle.json"
     path.write_text(json.dumps(bundle))
@@ -169,7 +169,7 @@ def test_a_bundle_is_checked_with_its_own_keys_or_a_pinned_one(tmp_path: Path) -
     assert done.returncode == 0, done.stdout
     assert "not independent of the site" in done.stdout
     assert run(str(path), "--key", str(VECTORS / "keys-first-key-compromised.json")).returncode == 1
-    bundle["verification"] = load("invalid/redacted--truncated-proof.json")
+    bundle["verification"] = load("invalid/plain--truncated-proof.json")
     path.write_text(json.dumps(bundle))
     assert run(str(path)).returncode == 1
     path.write_text(json.dumps({**bundle, "bundle": "receipt-bundle/v9"}))
@@ -465,3 +465,62 @@ def test_a_withdrawn_receipt_is_no_evidence_but_its_place_in_the_log_still_check
     withdrawn["leaf_hash"] = base64.b64encode(bytes(32)).decode()
     check = verify_verification(withdrawn, load("keys.json"), None).check("log_inclusion")
     assert check is not None and check.result == "fail"
+
+
+# --- key compromise (README, "Key compromise") -------------------------------------------
+
+
+def _raw_public(key: Ed25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def _compromise_first_key_and_sign_again(verification: dict[str, Any]) -> tuple[Any, Any]:
+    """What `compromisekey` makes of a receipt logged before the first key leaked: the first
+    key marked compromised, a new active key, the receipt's bytes and the current checkpoint
+    signed by the new key (the receipt's signature is then the new one)."""
+    from receiptsite_client.verify import b64decode, note_key_id
+
+    keys = load("keys-first-key-compromised.json")
+    new = Ed25519PrivateKey.generate()
+    raw = _raw_public(new)
+    x = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    for key in keys["keys"]:
+        if key["status"] == "active":
+            key["status"] = "retired"
+    keys["keys"].append({"kty": "OKP", "crv": "Ed25519", "x": x, "kid": jwk_thumbprint(raw),
+                         "alg": "EdDSA", "use": "sig", "status": "active"})
+    data = b64decode(verification["canonical_bytes"])
+    verification = {**verification, "signature": {
+        **verification["signature"], "key_id": jwk_thumbprint(raw),
+        "value": base64.b64encode(new.sign(data)).decode()}}
+    text = verification["log"]["checkpoint"].rpartition("\n\n")[0] + "\n"
+    origin = verification["log"]["origin"]
+    line = base64.b64encode(note_key_id(origin, raw) + new.sign(text.encode())).decode()
+    verification["log"] = {**verification["log"],
+                           "checkpoint": f"{text}\n\u2014 {origin} {line}\n"}
+    return verification, keys
+
+
+def test_a_receipt_signed_again_by_the_new_key_is_valid() -> None:
+    verification, keys = _compromise_first_key_and_sign_again(load("valid/plain.json"))
+    result = verify_verification(verification, keys, None)
+    assert result.status == "valid", result.as_json()
+    # Its first signature, by the compromised key, no longer counts.
+    first = load("valid/plain.json")["signature"]
+    assert first["key_id"] == load("keys.json")["keys"][0]["kid"]
+    again = verify_verification({**verification, "signature": first}, keys, None)
+    assert again.failed() == ["signature"]
+
+
+def test_a_compromised_key_is_named_with_its_time_and_its_checkpoint_refused() -> None:
+    keys = load("keys-first-key-compromised.json")
+    [first] = [k for k in keys["keys"] if k["status"] == "compromised"]
+    # Signed, and its checkpoint too, by the first key.
+    result = verify_verification(load("valid/plain-at-size-2.json"), keys, None)
+    signature = result.check("signature")
+    checkpoint = result.check("checkpoint_signature")
+    assert signature is not None and checkpoint is not None
+    assert f"marked compromised as of {first['compromised_at']}" in signature.detail
+    assert "cannot be told from a forgery" in signature.detail
+    assert "signed only by a key marked compromised" in checkpoint.detail
+    assert "cannot be shown to predate the compromise" in checkpoint.detail

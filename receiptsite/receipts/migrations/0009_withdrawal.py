@@ -1,13 +1,301 @@
-"""Placeholder, filled by the work on issue 10 (kept so that the migration numbers are fixed)."""
+"""Withdrawal: an append-only record per withdrawn receipt, and the one change of a receipt row
+the database permits, erasing its content, only when that record exists.
+
+- receipts_withdrawal is append-only as the tables of 0002 are (no UPDATE, DELETE, TRUNCATE,
+  replacing insert or upsert), and holds at most one withdrawal per receipt.
+- receipts_receipt's UPDATE trigger is replaced by one that lets an UPDATE through only when a
+  withdrawal of the row exists, every column of receipts/withdrawal.KEPT is unchanged, and
+  every other column holds its erased value (empty bytes, NULL, or ''); everything else is
+  refused as before. The trigger names stay those of 0002, so that the tests' maintenance path
+  (tests/conftest.lift_guard) is unchanged; DELETE and TRUNCATE stay refused.
+
+The erased columns are derived from the receipt model's state here (every column but KEPT), so
+a later migration that adds a receipt column must install this trigger again (the tests check
+that it names every column).
+"""
 
 from __future__ import annotations
 
-from django.db import migrations
+import importlib
+
+import django.db.models.deletion
+import django.utils.timezone
+from django.conf import settings
+from django.db import migrations, models
+
+from receiptsite.receipts import rowsecurity
+from receiptsite.receipts import withdrawal as service
+
+immutability = importlib.import_module("receiptsite.receipts.migrations.0002_immutability")
+
+RECEIPTS = "receipts_receipt"
+WITHDRAWALS = "receipts_withdrawal"
+REFUSED = (
+    f"receiptsite: UPDATE on {RECEIPTS} is refused: the table is append-only (only the "
+    "content of a withdrawn receipt may be erased)"
+)
+AUDITOR_PERMISSIONS = ["add_withdrawal", "view_withdrawal"]
+ERASE = rowsecurity.ERASE_FUNCTION
+
+
+def _erasure(apps, vendor: str) -> str:
+    """The condition under which an UPDATE of a receipt row is the permitted erasure."""
+    receipt = apps.get_model("receipts", "Receipt")
+    kept = [f'NEW."{column}" IS NOT DISTINCT FROM OLD."{column}"' for column in service.KEPT]
+    erased = []
+    for field in service.erased_fields(receipt):
+        value = service.erased_value(field)
+        column = f'NEW."{field.column}"'
+        if value is None:
+            erased.append(f"{column} IS NULL")
+        elif isinstance(value, bytes):
+            erased.append(f"{column} = " + ("X''" if vendor == "sqlite" else "''::bytea"))
+        else:
+            erased.append(f"{column} = ''")
+    exists = (
+        f"EXISTS (SELECT 1 FROM {WITHDRAWALS} "
+        f"WHERE receipt_id = OLD.id AND tenant_id = OLD.tenant_id)"
+    )
+    if vendor == "sqlite":
+        # SQLite's IS compares as = does, and a NULL makes it false, not NULL: a WHEN that
+        # came out NULL would not fire the refusal.
+        kept = [k.replace("IS NOT DISTINCT FROM", "IS") for k in kept]
+        erased = [e.replace(" = ", " IS ") for e in erased]
+    return " AND ".join([exists, *kept, *erased])
+
+
+def _postgres_function(condition: str) -> str:
+    return f"""
+CREATE OR REPLACE FUNCTION receiptsite_receipt_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND {condition} THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'UPDATE' THEN
+        RAISE EXCEPTION '{REFUSED}' USING ERRCODE = 'restrict_violation';
+    END IF;
+    RAISE EXCEPTION 'receiptsite: % on % is refused: the table is append-only',
+        TG_OP, TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
+END
+$$;
+"""
+
+
+def _postgres_erase_function(apps) -> list[str]:
+    """The one way the site's database role erases a receipt: as the owner (SECURITY
+    DEFINER), so that the role itself holds no UPDATE on receipts; the trigger above still
+    decides. Owner only by default: rowsecurity.grants() lets the site role EXECUTE it."""
+    receipt = apps.get_model("receipts", "Receipt")
+    sets = []
+    for field in service.erased_fields(receipt):
+        value = service.erased_value(field)
+        literal = "NULL" if value is None else "''::bytea" if isinstance(value, bytes) else "''"
+        sets.append(f'"{field.column}" = {literal}')
+    return [
+        f"""
+CREATE OR REPLACE FUNCTION {ERASE} RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = public AS $$
+    UPDATE {RECEIPTS} SET {", ".join(sets)} WHERE id = $1;
+$$;
+""",
+        f"REVOKE ALL ON FUNCTION {ERASE} FROM PUBLIC;",
+    ]
+
+
+def _sqlite_update_trigger(condition: str) -> str:
+    return (
+        f"CREATE TRIGGER {RECEIPTS}_no_update BEFORE UPDATE ON {RECEIPTS} "
+        f"WHEN NOT ({condition}) BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END;"
+    )
+
+
+def _sqlite_withdrawal_triggers() -> list[str]:
+    return [
+        *immutability.sqlite_triggers(WITHDRAWALS),
+        f"CREATE TRIGGER {WITHDRAWALS}_no_replace BEFORE INSERT ON {WITHDRAWALS} WHEN "
+        f"EXISTS (SELECT 1 FROM {WITHDRAWALS} WHERE id = NEW.id) "
+        f"OR EXISTS (SELECT 1 FROM {WITHDRAWALS} WHERE receipt_id = NEW.receipt_id) "
+        f"OR EXISTS (SELECT 1 FROM {WITHDRAWALS} WHERE receipt_public_id = NEW.receipt_public_id) "
+        f"BEGIN SELECT RAISE(ABORT, 'receiptsite: an INSERT meeting an existing row of "
+        f"{WITHDRAWALS} is refused: the table is append-only'); END;",
+    ]
+
+
+def install(apps, schema_editor):
+    vendor = schema_editor.connection.vendor
+    if vendor == "postgresql":
+        # receiptsite_refuse_change() (0002) guards the withdrawals as every append-only table;
+        # the receipts' row trigger gets a function of its own, the TRUNCATE trigger stays.
+        statements = [
+            *immutability.postgres_triggers(WITHDRAWALS),
+            _postgres_function(_erasure(apps, vendor)),
+            f"DROP TRIGGER {RECEIPTS}_append_only ON {RECEIPTS};",
+            f"CREATE TRIGGER {RECEIPTS}_append_only BEFORE UPDATE OR DELETE ON {RECEIPTS} "
+            f"FOR EACH ROW EXECUTE FUNCTION receiptsite_receipt_change();",
+            *_postgres_erase_function(apps),
+        ]
+    elif vendor == "sqlite":
+        statements = [
+            *_sqlite_withdrawal_triggers(),
+            f"DROP TRIGGER {RECEIPTS}_no_update;",
+            _sqlite_update_trigger(_erasure(apps, vendor)),
+        ]
+    else:
+        raise RuntimeError(f"no immutability triggers for {vendor}")
+    for statement in statements:
+        schema_editor.execute(statement, params=None)
+
+
+def remove(apps, schema_editor):
+    vendor = schema_editor.connection.vendor
+    if vendor == "postgresql":
+        statements = [
+            f"DROP TRIGGER IF EXISTS {WITHDRAWALS}_append_only ON {WITHDRAWALS};",
+            f"DROP TRIGGER IF EXISTS {WITHDRAWALS}_no_truncate ON {WITHDRAWALS};",
+            f"DROP TRIGGER {RECEIPTS}_append_only ON {RECEIPTS};",
+            *immutability.postgres_triggers(RECEIPTS)[:1],
+            "DROP FUNCTION IF EXISTS receiptsite_receipt_change();",
+            f"DROP FUNCTION IF EXISTS {ERASE};",
+        ]
+    else:
+        statements = [
+            *(
+                f"DROP TRIGGER IF EXISTS {WITHDRAWALS}_no_{op};"
+                for op in ("update", "delete", "replace")
+            ),
+            f"DROP TRIGGER {RECEIPTS}_no_update;",
+            immutability.sqlite_triggers(RECEIPTS)[0],
+        ]
+    for statement in statements:
+        schema_editor.execute(statement, params=None)
+
+
+def grant_auditors(apps, schema_editor):
+    """Auditors may withdraw a receipt from the admin, and see the withdrawals."""
+    from django.contrib.auth.management import create_permissions
+
+    for app_config in apps.get_app_configs():
+        app_config.models_module = True
+        create_permissions(app_config, apps=apps, verbosity=0)
+        app_config.models_module = None
+    Group = apps.get_model("auth", "Group")
+    Permission = apps.get_model("auth", "Permission")
+    group, _ = Group.objects.get_or_create(name="Auditors")
+    group.permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="receipts", codename__in=AUDITOR_PERMISSIONS
+        )
+    )
+
+
+def revoke_auditors(apps, schema_editor):
+    Permission = apps.get_model("auth", "Permission")
+    Group = apps.get_model("auth", "Group")
+    for group in Group.objects.filter(name="Auditors"):
+        group.permissions.remove(
+            *Permission.objects.filter(
+                content_type__app_label="receipts", codename__in=AUDITOR_PERMISSIONS
+            )
+        )
 
 
 class Migration(migrations.Migration):
     dependencies = [
         ("receipts", "0008_row_level_security"),
+        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
-    operations: list[migrations.operations.base.Operation] = []
+    operations = [
+        migrations.CreateModel(
+            name="Withdrawal",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("receipt_public_id", models.UUIDField(unique=True)),
+                ("withdrawn_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "reason",
+                    models.CharField(
+                        choices=[
+                            ("personal_data", "personal data"),
+                            ("secret", "a secret"),
+                            ("legal", "a legal reason"),
+                            ("other", "another reason"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("note", models.CharField(blank=True, max_length=500)),
+                (
+                    "withdrawn_by",
+                    models.CharField(
+                        choices=[("publisher", "the publisher"), ("auditor", "an auditor")],
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "api_key",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="receipts.apikey",
+                    ),
+                ),
+                (
+                    "auditor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "receipt",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="withdrawal",
+                        to="receipts.receipt",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="receipts.tenant",
+                    ),
+                ),
+            ],
+            options={
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(
+                                ("api_key__isnull", False),
+                                ("auditor__isnull", True),
+                                ("withdrawn_by", "publisher"),
+                            ),
+                            models.Q(
+                                ("api_key__isnull", True),
+                                ("auditor__isnull", False),
+                                ("withdrawn_by", "auditor"),
+                            ),
+                            _connector="OR",
+                        ),
+                        name="withdrawal_by_publisher_or_auditor",
+                    )
+                ],
+            },
+        ),
+        migrations.RunPython(install, remove),
+        migrations.RunPython(grant_auditors, revoke_auditors),
+    ]

@@ -1,8 +1,68 @@
-"""Placeholder, filled by the work on issue 10 (kept so that the migration numbers are fixed)."""
+"""Key compromise (`manage.py compromisekey`): when a signing key was compromised, and the
+signatures the key that replaced it appended to the receipts provably logged before then.
+
+The appended signatures are append-only like the log: the triggers of 0002 (no UPDATE,
+DELETE, TRUNCATE) and, on SQLite, the one of 0005 (no insert that replaces a row). A key
+marked compromised before this migration (by the old `signingkeys --mark-compromised`) counts
+as compromised since it was retired: nothing it signed is shown to predate that.
+"""
 
 from __future__ import annotations
 
-from django.db import migrations
+import importlib
+
+import django.db.models.deletion
+import django.utils.timezone
+from django.db import migrations, models
+
+immutability = importlib.import_module("receiptsite.receipts.migrations.0002_immutability")
+no_replace = importlib.import_module("receiptsite.receipts.migrations.0005_no_replacing_insert")
+
+TABLE = "receipts_appendedsignature"
+UNIQUE_KEYS = [("id",)]
+
+
+def sqlite_no_replace() -> str:
+    meets = " OR ".join(
+        f"EXISTS (SELECT 1 FROM {TABLE} WHERE "
+        + " AND ".join(f'"{column}" = NEW."{column}"' for column in key)
+        + ")"
+        for key in UNIQUE_KEYS
+    )
+    return (
+        f"CREATE TRIGGER {no_replace.trigger_name(TABLE)} BEFORE INSERT ON {TABLE} WHEN {meets} "
+        f"BEGIN SELECT RAISE(ABORT, 'receiptsite: an INSERT meeting an existing row of {TABLE} "
+        f"is refused: the table is append-only'); END;"
+    )
+
+
+def install(apps, schema_editor):
+    vendor = schema_editor.connection.vendor
+    if vendor == "postgresql":
+        statements = immutability.postgres_triggers(TABLE)
+    elif vendor == "sqlite":
+        statements = [*immutability.sqlite_triggers(TABLE), sqlite_no_replace()]
+    else:
+        raise RuntimeError(f"no immutability triggers for {vendor}")
+    for statement in statements:
+        schema_editor.execute(statement)
+
+
+def remove(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_append_only ON {TABLE};")
+        schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_no_truncate ON {TABLE};")
+    else:
+        for op in ("update", "delete"):
+            schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_no_{op};")
+        schema_editor.execute(f"DROP TRIGGER IF EXISTS {no_replace.trigger_name(TABLE)};")
+
+
+def date_old_compromises(apps, schema_editor):
+    SigningKey = apps.get_model("receipts", "SigningKey")
+    for key in SigningKey.objects.filter(status="compromised", compromised_at__isnull=True):
+        key.compromised_at = key.retired_at or key.created_at
+        key.save(update_fields=["compromised_at"])
 
 
 class Migration(migrations.Migration):
@@ -10,4 +70,54 @@ class Migration(migrations.Migration):
         ("receipts", "0009_withdrawal"),
     ]
 
-    operations: list[migrations.operations.base.Operation] = []
+    operations = [
+        migrations.AddField(
+            model_name="signingkey",
+            name="compromised_at",
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.RunPython(date_old_compromises, migrations.RunPython.noop),
+        migrations.CreateModel(
+            name="AppendedSignature",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("signature", models.BinaryField(max_length=64)),
+                ("signed_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "evidence",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="receipts.signedcheckpoint",
+                    ),
+                ),
+                (
+                    "receipt",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="receipts.receipt",
+                    ),
+                ),
+                (
+                    "signing_key",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="receipts.signingkey",
+                    ),
+                ),
+            ],
+            options={
+                "indexes": [
+                    models.Index(fields=["receipt", "id"], name="appendedsignature_receipt")
+                ],
+            },
+        ),
+        migrations.RunPython(install, remove),
+    ]

@@ -1,8 +1,111 @@
-"""Placeholder, filled by the work on issue 10 (kept so that the migration numbers are fixed)."""
+"""The auditors' record: every review decision signed and chained to the one before it
+(receipts/decisions.py), in its own append-only table, guarded like the others (0002's
+triggers; on SQLite 0005's kind of trigger against an insert that replaces a row).
+
+The decisions that exist when this migration runs are chained here, in the order they were
+recorded (their ids), signed by the key in SIGNING_KEY_FILE, and marked `chained_by =
+"migration"`: the record vouches for them as they stood at migrate time, not at the time they
+were made. This only inserts rows; no trigger is lifted, and the site's own code gets no way to
+chain a decision other than by recording it. With decisions to chain and no usable key, the
+migration stops and says so.
+"""
 
 from __future__ import annotations
 
-from django.db import migrations
+import importlib
+
+import django.db.models.deletion
+import django.utils.timezone
+from django.conf import settings
+from django.db import migrations, models
+
+immutability = importlib.import_module("receiptsite.receipts.migrations.0002_immutability")
+
+TABLE = "receipts_decisionlink"
+# Every unique key of the table (tests/test_decision_chain.py checks it against the database).
+UNIQUE_KEYS: list[tuple[str, ...]] = [
+    ("id",), ("position",), ("decision_id",), ("previous_hash",)
+]
+NO_REPLACE = f"{TABLE}_no_replace"
+
+
+def sqlite_no_replace() -> str:
+    meets = " OR ".join(
+        f"EXISTS (SELECT 1 FROM {TABLE} WHERE "
+        + " AND ".join(f'"{column}" = NEW."{column}"' for column in key)
+        + ")"
+        for key in UNIQUE_KEYS
+    )
+    return (
+        f"CREATE TRIGGER {NO_REPLACE} BEFORE INSERT ON {TABLE} WHEN {meets} BEGIN "
+        f"SELECT RAISE(ABORT, 'receiptsite: an INSERT meeting an existing row of {TABLE} is "
+        f"refused: the table is append-only'); END;"
+    )
+
+
+def install(apps, schema_editor):
+    vendor = schema_editor.connection.vendor
+    if vendor == "postgresql":
+        statements = immutability.postgres_triggers(TABLE)
+    elif vendor == "sqlite":
+        statements = [*immutability.sqlite_triggers(TABLE), sqlite_no_replace()]
+    else:
+        raise RuntimeError(f"no immutability triggers for {vendor}")
+    for statement in statements:
+        schema_editor.execute(statement)
+
+
+def remove(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_append_only ON {TABLE};")
+        schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_no_truncate ON {TABLE};")
+    else:
+        for name in (f"{TABLE}_no_update", f"{TABLE}_no_delete", NO_REPLACE):
+            schema_editor.execute(f"DROP TRIGGER IF EXISTS {name};")
+
+
+def chain_existing(apps, schema_editor):
+    from receiptsite.integrity import keys
+    from receiptsite.integrity.canonical import canonical_bytes, sha256_hex
+    from receiptsite.receipts import decisions
+
+    ReviewDecision = apps.get_model("receipts", "ReviewDecision")
+    DecisionLink = apps.get_model("receipts", "DecisionLink")
+    SigningKey = apps.get_model("receipts", "SigningKey")
+    alias = schema_editor.connection.alias
+    lookups = [lookup for _, lookup in decisions.DECISION_FIELDS]
+    rows = list(ReviewDecision.objects.using(alias).order_by("id").values(*lookups))
+    if not rows:
+        return
+    private = settings.SIGNING_KEY
+    if private is None:
+        raise RuntimeError(
+            f"migration 0011 chains the {len(rows)} existing review decisions and must sign "
+            "them: set SIGNING_KEY_FILE and run migrate again"
+        )
+    public = keys.public_raw(private)
+    key, _ = SigningKey.objects.using(alias).get_or_create(
+        kid=keys.jwk_thumbprint(public), defaults={"public_key": public}
+    )
+    if key.status == "compromised":
+        raise RuntimeError(
+            f"migration 0011 must sign the existing review decisions, and the key in "
+            f"SIGNING_KEY_FILE ({key.kid}) is marked compromised: point it at a new key"
+        )
+    now = django.utils.timezone.now()
+    previous_id, previous_hash = None, decisions.GENESIS
+    links = []
+    for position, row in enumerate(rows):
+        chain = {"previous_decision_id": previous_id, "previous_hash": previous_hash,
+                 "chained_at": now, "chained_by": "migration"}
+        data = canonical_bytes(decisions.document(row, chain))
+        digest = sha256_hex(data)
+        links.append(DecisionLink(
+            position=position, decision_id=row["id"], canonical_bytes=data,
+            decision_hash=digest, signature=keys.sign(private, data), signing_key=key, **chain,
+        ))
+        previous_id, previous_hash = row["id"], digest
+    DecisionLink.objects.using(alias).bulk_create(links)
 
 
 class Migration(migrations.Migration):
@@ -10,4 +113,31 @@ class Migration(migrations.Migration):
         ("receipts", "0010_key_compromise"),
     ]
 
-    operations: list[migrations.operations.base.Operation] = []
+    operations = [
+        migrations.CreateModel(
+            name="DecisionLink",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True,
+                                           serialize=False, verbose_name="ID")),
+                ("position", models.PositiveBigIntegerField(unique=True)),
+                ("previous_decision_id", models.BigIntegerField(blank=True, null=True)),
+                ("previous_hash", models.CharField(max_length=64, unique=True)),
+                ("canonical_bytes", models.BinaryField()),
+                ("decision_hash", models.CharField(max_length=64)),
+                ("signature", models.BinaryField(max_length=64)),
+                ("chained_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("chained_by", models.CharField(
+                    choices=[("site", "the site, when it was recorded"),
+                             ("migration", "migration 0011")],
+                    default="site", max_length=16)),
+                ("decision", models.OneToOneField(
+                    on_delete=django.db.models.deletion.DO_NOTHING, related_name="link",
+                    to="receipts.reviewdecision")),
+                ("signing_key", models.ForeignKey(
+                    on_delete=django.db.models.deletion.PROTECT, related_name="+",
+                    to="receipts.signingkey")),
+            ],
+        ),
+        migrations.RunPython(install, remove),
+        migrations.RunPython(chain_existing, migrations.RunPython.noop),
+    ]

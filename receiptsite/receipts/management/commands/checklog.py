@@ -7,15 +7,17 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from receiptsite.integrity import merkle, note
+from receiptsite.integrity import keys, merkle, note
 from receiptsite.integrity.encoding import b64
 from receiptsite.receipts import log
 from receiptsite.receipts.models import (
+    AppendedSignature,
     Checkpoint,
     LogEntry,
     LogNode,
     SignedCheckpoint,
     SigningKey,
+    format_timestamp,
 )
 
 
@@ -37,19 +39,26 @@ class Command(BaseCommand):
     def handle(self, *args: Any, against: str | None = None, **options: Any) -> None:
         problems: list[str] = []
         leaves: list[bytes] = []
-        rows = LogEntry.objects.order_by("index").values_list(
-            "index", "receipt__canonical_bytes"
-        )
-        for index, data in rows.iterator(chunk_size=2000):
-            if index != len(leaves):
-                problems.append(f"the log has no leaf {len(leaves)} (next stored is {index})")
-                break
-            leaves.append(merkle.leaf_hash(bytes(data)))
-        size = len(leaves)
-
         stored_leaves = dict(
             LogNode.objects.filter(key__lt=LogNode.node_key(1, 0)).values_list("key", "hash")
         )
+        rows = LogEntry.objects.order_by("index").values_list(
+            "index", "receipt__canonical_bytes", "receipt__withdrawal__id"
+        )
+        withdrawn = 0
+        for index, data, withdrawal in rows.iterator(chunk_size=2000):
+            if index != len(leaves):
+                problems.append(f"the log has no leaf {len(leaves)} (next stored is {index})")
+                break
+            if withdrawal is not None and not bytes(data):
+                # A withdrawn receipt's content is erased (receipts/withdrawal.py): its leaf
+                # is the one kept in the log, and the tree is recomputed with it.
+                withdrawn += 1
+                leaves.append(bytes(stored_leaves.get(LogNode.node_key(0, index), b"")))
+                continue
+            leaves.append(merkle.leaf_hash(bytes(data)))
+        size = len(leaves)
+
         for index, leaf in enumerate(leaves):
             if bytes(stored_leaves.get(LogNode.node_key(0, index), b"")) != leaf:
                 problems.append(f"leaf {index}: the receipt's bytes are not the ones logged")
@@ -68,6 +77,7 @@ class Command(BaseCommand):
         except log.LogRollback as error:
             problems.append(error.reason)
         problems += self.check_latest_signed(leaves, current)
+        problems += check_appended_signatures()
 
         if against:
             problems += self.check_against(Path(against), leaves, current)
@@ -76,6 +86,8 @@ class Command(BaseCommand):
             raise CommandError("the log does not check out:\n- " + "\n- ".join(problems))
         self.stdout.write(
             f"OK: {size} leaves recomputed; root {b64(current.root)} matches the checkpoint."
+            + (f" {withdrawn} withdrawn receipt(s) count with their kept leaf hash."
+               if withdrawn else "")
         )
 
     def check_latest_signed(self, leaves: list[bytes], current: log.Head) -> list[str]:
@@ -97,7 +109,16 @@ class Command(BaseCommand):
             return [f"the latest signed checkpoint ({size} leaves) is not of the stored log"]
         problems: list[str] = []
         if key.status == SigningKey.COMPROMISED:
-            problems.append(f"the latest signed checkpoint is by the compromised key {key.kid}")
+            if _disowned(key, latest):
+                problems.append(
+                    f"the latest signed checkpoint is by the key {key.kid}, signed after it was "
+                    f"compromised (as of {_as_of(key)}): it proves nothing"
+                )
+            else:
+                problems.append(
+                    f"the latest signed checkpoint is by the compromised key {key.kid} "
+                    "(`manage.py signcheckpoint` signs the tree with the active key)"
+                )
         if size < len(leaves):
             problems.append(
                 f"the latest signed checkpoint has {size} leaves, the log {len(leaves)} (did a "
@@ -111,15 +132,17 @@ class Command(BaseCommand):
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             return [f"cannot read {path}: {error}"]
+        listed = list(SigningKey.objects.all())
         verifiers = [
-            note.verifier_key(current.origin, bytes(public))
-            for public in SigningKey.objects.exclude(status=SigningKey.COMPROMISED).values_list(
-                "public_key", flat=True
-            )
+            note.verifier_key(current.origin, bytes(key.public_key))
+            for key in listed
+            if key.status != SigningKey.COMPROMISED
         ]
         body = note.verify_note(text, verifiers)
         if body is None:
-            return [f"{path} is not a checkpoint signed by one of this site's keys"]
+            body, problem = self.by_a_compromised_key(path, text, listed, current.origin)
+            if body is None:
+                return [problem]
         origin, size, root = note.parse_checkpoint(body)
         if origin != current.origin:
             return [f"{path} is for the log {origin!r}, not {current.origin!r}"]
@@ -133,3 +156,65 @@ class Command(BaseCommand):
             return [f"the log of {len(leaves)} leaves is NOT consistent with {path} ({size})"]
         self.stdout.write(f"Consistent with the checkpoint of size {size} in {path}.")
         return []
+
+    def by_a_compromised_key(
+        self, path: Path, text: str, listed: list[SigningKey], origin: str
+    ) -> tuple[str | None, str]:
+        """A checkpoint signed only by a compromised key counts when the site's own records
+        show that it signed exactly this note before the key was compromised; otherwise it
+        proves nothing (anyone holding the key could have made it)."""
+        for key in listed:
+            if key.status != SigningKey.COMPROMISED:
+                continue
+            body = note.verify_note(text, [note.verifier_key(origin, bytes(key.public_key))])
+            if body is None:
+                continue
+            signed = SignedCheckpoint.objects.filter(signing_key=key, note=text).order_by("id")
+            record = signed.first()
+            if record is not None and not _disowned(key, record):
+                self.stdout.write(
+                    f"{path} is signed by the compromised key {key.kid}, but this site signed "
+                    f"it at {format_timestamp(record.signed_at)}, before the compromise."
+                )
+                return body, ""
+            return None, (
+                f"{path} is signed by the key {key.kid}, compromised as of {_as_of(key)}, and "
+                "this site has no record of signing it before then: it proves nothing"
+            )
+        return None, f"{path} is not a checkpoint signed by one of this site's keys"
+
+
+def check_appended_signatures() -> list[str]:
+    """Each signature `compromisekey` appended verifies under its key, over the receipt's
+    bytes, and rests on a checkpoint signed before the old key was compromised that includes
+    the receipt (a receipt whose content was erased by a withdrawal has no bytes to check)."""
+    problems: list[str] = []
+    rows = AppendedSignature.objects.values_list(
+        "id",
+        "signature",
+        "signing_key__public_key",
+        "receipt__canonical_bytes",
+        "receipt__log_entry__index",
+        "receipt__signing_key__compromised_at",
+        "evidence__tree_size",
+        "evidence__signed_at",
+    )
+    for number, signature, public, data, index, compromised_at, size, signed_at in rows.iterator(
+        chunk_size=2000
+    ):
+        if data and not keys.verify_signature(bytes(public), bytes(data), bytes(signature)):
+            problems.append(f"appended signature {number} does not verify")
+        elif index is None or index >= size or (compromised_at and signed_at >= compromised_at):
+            problems.append(
+                f"appended signature {number} rests on no checkpoint from before the compromise"
+            )
+    return problems
+
+
+def _disowned(key: SigningKey, signed: SignedCheckpoint) -> bool:
+    """A checkpoint by a compromised key made at or after the compromise counts for nothing."""
+    return key.compromised_at is None or signed.signed_at >= key.compromised_at
+
+
+def _as_of(key: SigningKey) -> str:
+    return format_timestamp(key.compromised_at) if key.compromised_at else "an unrecorded time"

@@ -1,0 +1,121 @@
+"""A receipt's signature, as the verification JSON shows and checks it.
+
+A receipt is signed once, when it is stored (Receipt.signature, by Receipt.signing_key). When
+that key is compromised, `manage.py compromisekey` signs again, with the key that replaces it,
+every receipt whose leaf a checkpoint signed before the compromise includes, and stores those
+signatures as AppendedSignature rows (append-only, like the log). A signature counts when it
+verifies now under a published key that is not compromised; the one shown is the newest that
+counts, or, when none does, the newest there is, with a check that says why it fails.
+
+Only a receipt whose own key is compromised can have appended signatures, so the others cost
+no query here; such a receipt costs one (its appended signatures, newest first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from receiptsite.integrity import keys
+from receiptsite.receipts.models import AppendedSignature, Receipt, SigningKey, format_timestamp
+
+SIGNATURE = "signature"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The signature the verification JSON shows, and its check."""
+
+    key: SigningKey
+    value: bytes
+    passed: bool
+    detail: str
+    # The compromised key that makes the check fail, when that is why it fails.
+    compromised: SigningKey | None = None
+
+
+def _when(key: SigningKey) -> str:
+    if key.compromised_at is None:
+        return "(no date recorded: since it was first used)"
+    return format_timestamp(key.compromised_at)
+
+
+def _named(key: SigningKey) -> str:
+    if key.status == SigningKey.COMPROMISED:
+        return f"key {key.kid}, marked compromised as of {_when(key)}"
+    return f"the published key {key.kid} ({key.status})"
+
+
+def appended(receipt: Receipt) -> list[AppendedSignature]:
+    """The receipt's appended signatures, newest first, with their keys and evidence."""
+    return list(
+        AppendedSignature.objects.filter(receipt_id=receipt.pk)
+        .select_related("signing_key", "evidence")
+        .order_by("-id")
+    )
+
+
+def shown(receipt: Receipt, data: bytes) -> Shown:
+    """The signature to show for `receipt`, whose stored bytes are `data`."""
+    original: SigningKey = receipt.signing_key
+    value = bytes(receipt.signature)
+    verifies = keys.verify_signature(bytes(original.public_key), data, value)
+    if original.status != SigningKey.COMPROMISED:
+        # The words of docs/verification.md and EXAMPLES.md, for the everyday case.
+        if verifies:
+            return Shown(
+                original, value, True, "The Ed25519 signature verifies under a published key."
+            )
+        return Shown(
+            original,
+            value,
+            False,
+            "The Ed25519 signature does not verify under the published key.",
+        )
+    later = appended(receipt)
+    for signature in later:
+        key = signature.signing_key
+        again = bytes(signature.signature)
+        if key.status != SigningKey.COMPROMISED and keys.verify_signature(
+            bytes(key.public_key), data, again
+        ):
+            return Shown(key, again, True, _resigned(original, signature))
+    if not later:
+        why = "" if verifies else " (and that signature does not verify either)"
+        return Shown(
+            original,
+            value,
+            False,
+            f"The receipt is signed by {_named(original)}{why}, and no checkpoint signed "
+            "before then includes it, so it cannot be shown to have been logged before the "
+            "key was compromised: its signature cannot be told from a forgery.",
+            compromised=original,
+        )
+    newest = later[0]
+    key = newest.signing_key
+    again = bytes(newest.signature)
+    if key.status == SigningKey.COMPROMISED:
+        return Shown(
+            key,
+            again,
+            False,
+            f"The receipt was signed by {_named(original)}, and again by {_named(key)}; no "
+            "signature by a key that is not compromised verifies.",
+            compromised=key,
+        )
+    return Shown(
+        key,
+        again,
+        False,
+        f"The receipt was signed by {_named(original)}; the signature {_named(key)} "
+        "appended does not verify: the stored bytes are not the ones signed.",
+    )
+
+
+def _resigned(original: SigningKey, signature: AppendedSignature) -> str:
+    key = signature.signing_key
+    return (
+        f"The Ed25519 signature by {_named(key)} verifies. The receipt was first signed by "
+        f"{_named(original)}; the checkpoint of {signature.evidence.tree_size} leaves signed "
+        f"at {format_timestamp(signature.evidence.signed_at)}, before then, already included "
+        f"it, so key {key.kid} signed it again at {format_timestamp(signature.signed_at)}."
+    )
