@@ -53,10 +53,10 @@ COMPROMISED_KEY = (1, 1)
 TENANT = {
     # the key; under the lock: the log's state, the idempotency key, the insert, then the
     # append (head, frontier, entry, nodes, head row, signed note); the audit line
-    "ingest": (11, 13),
+    "ingest": (10, 12),
     # the same statements for 1 or 500 items: the items' idempotency keys in one query, one
     # insert of every receipt (SQLite splits a long one), one append for all of them
-    "batch": (11, 13),
+    "batch": (10, 12),
     # the key, the page of receipts with their log entries, the audit line
     "list": (3, 4),
     "detail": (3, 4),

@@ -9,6 +9,12 @@ short statement:
   inserted before that transaction commits, so the receipts and their entry commit together
   or not at all. A Problem raised by the view rolls its work back; the refusal's entry is then
   written on its own.
+- ingest (a route with `own_transactions`): the view takes its own storing transaction, as
+  short as it can be, and writes the entry inside it through `in_transaction()`, which the
+  storing code calls last thing before its commit. An outer transaction would hold SQLite's
+  single write lock (BEGIN IMMEDIATE) while the body is parsed, validated and redacted, and
+  so serialise every producer's whole request. An answer that stored nothing (a replay, a
+  refusal) has its entry written after the view, as a read's is.
 - a read (GET, HEAD): after the view, one INSERT in autocommit (on SQLite a transaction would
   take the write lock at BEGIN for the whole view).
 
@@ -25,6 +31,7 @@ import re
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
@@ -119,8 +126,35 @@ def _record(request: HttpRequest, at: datetime, started: float, response: HttpRe
            receipt_ids(request, response))
 
 
+class _Pending:
+    """The entry of a request whose view writes it inside its own storing transaction."""
+
+    def __init__(self, request: HttpRequest, at: datetime, started: float) -> None:
+        self.request, self.at, self.started = request, at, started
+        self.written = False
+
+    def write(self, status: int, ids: list[str]) -> None:
+        _write(self.request, self.at, self.started, status, None, ids)
+        self.written = True
+
+
+def in_transaction(request: HttpRequest, status: int) -> Callable[[list[Any]], None]:
+    """For the storing code of an `own_transactions` route: what writes the request's entry,
+    answered `status`, naming the receipts it is given (services.Ingested), in the storing
+    transaction. Call it last thing before that transaction commits."""
+    pending: _Pending = request.audit_pending  # type: ignore[attr-defined]
+
+    def write(done: list[Any]) -> None:
+        pending.write(status, [item.receipt.uuid for item in done])
+
+    return write
+
+
 def audited(
-    request: HttpRequest, limit: Callable[[], None] | None, view: Callable[[], HttpResponse]
+    request: HttpRequest,
+    limit: Callable[[], None] | None,
+    view: Callable[[], HttpResponse],
+    own_transactions: bool = False,
 ) -> HttpResponse:
     """Run the rate limit and the view of an authenticated tenant request, and write its one
     entry (see the module's docstring). A Problem becomes its answer here, and is logged."""
@@ -128,7 +162,12 @@ def audited(
     try:
         if limit is not None:
             limit()  # outside the transaction: a refused request still spends its token
-        if request.method in READING_METHODS:
+        if own_transactions and request.method not in READING_METHODS:
+            pending = request.audit_pending = _Pending(request, at, started)  # type: ignore[attr-defined]
+            response = view()
+            if pending.written:
+                return response
+        elif request.method in READING_METHODS:
             response = view()
         else:
             with transaction.atomic():

@@ -14,6 +14,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 
+from receiptsite.audit.recording import in_transaction
 from receiptsite.integrity import keys as ed25519
 from receiptsite.integrity import note
 from receiptsite.integrity.encoding import b64
@@ -26,6 +27,7 @@ from receiptsite.receipts.models import Receipt, SigningKey, format_timestamp
 from receiptsite.receipts.openapi import OPENAPI
 from receiptsite.receipts.rfc3339 import parse_rfc3339
 from receiptsite.receipts.services import (
+    BeforeCommit,
     IdempotencyKeyReused,
     Ingested,
     receipt_ingest,
@@ -127,22 +129,30 @@ def _refusal(error: DocumentInvalid | IdempotencyKeyReused) -> Problem:
     )
 
 
-def _ingest(request: TenantRequest, payload: object) -> Ingested:
+def _ingest(
+    request: TenantRequest, payload: object, before_commit: BeforeCommit | None = None
+) -> Ingested:
     """One receipt stored or replayed; the Problem a single POST would answer otherwise."""
     try:
-        return receipt_ingest(api_key=request.api_key, payload=payload)
+        return receipt_ingest(
+            api_key=request.api_key, payload=payload, before_commit=before_commit
+        )
     except (DocumentInvalid, IdempotencyKeyReused) as error:
         raise _refusal(error) from None
 
 
 # Producers' writes and tenant reads draw from different buckets of the same key.
-@api_route("GET", "POST", tenant=True, rate={"POST": "ingest", "GET": "read"})
+@api_route(
+    "GET", "POST", tenant=True, rate={"POST": "ingest", "GET": "read"}, own_transactions=True
+)
 def receipts(request: TenantRequest) -> HttpResponse:
     return _create(request) if request.method == "POST" else _list(request)
 
 
 def _create(request: TenantRequest) -> HttpResponse:
-    outcome = _ingest(request, read_json(request, settings.RECEIPT_MAX_BYTES))
+    outcome = _ingest(
+        request, read_json(request, settings.RECEIPT_MAX_BYTES), in_transaction(request, 201)
+    )
     answer = outcome.receipt.ingest_answer()
     response = _json(answer, status=201)
     response["Location"] = answer["url"]
@@ -158,7 +168,7 @@ def _body_size(item: object) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-@api_route("POST", tenant=True, rate={"POST": "ingest"})
+@api_route("POST", tenant=True, rate={"POST": "ingest"}, own_transactions=True)
 def receipts_batch(request: TenantRequest) -> HttpResponse:
     payload = read_json(request, settings.BATCH_MAX_BYTES)
     items = payload.get("receipts") if isinstance(payload, dict) else None
@@ -186,7 +196,11 @@ def receipts_batch(request: TenantRequest) -> HttpResponse:
     wanted = [i for i, result in enumerate(results) if result is None]
     try:
         outcomes = (
-            receipts_ingest(api_key=request.api_key, payloads=[items[i] for i in wanted])
+            receipts_ingest(
+                api_key=request.api_key,
+                payloads=[items[i] for i in wanted],
+                before_commit=in_transaction(request, 200),
+            )
             if wanted else []
         )
     except Problem:  # the site must not sign now (503): each item answers as if alone

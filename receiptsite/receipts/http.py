@@ -105,14 +105,17 @@ def api_route(
     public: bool = False,
     capability: bool = False,
     rate: dict[str, str] | None = None,
+    own_transactions: bool = False,
 ) -> Callable[[View], View]:
     """Every JSON route, in one order: the method (405 problem+json with `Allow`; HEAD where
     GET is served), then with `tenant` the bearer key (401; the view gets a TenantRequest),
     then the rate limit of `rate[method]` (per key on tenant routes, per client address on
     public ones), then the view. A Problem raised anywhere below becomes its answer here.
     `public` routes may be read from any origin; `capability` routes (a receipt id in the
-    path) keep their links private. Bearer keys, never cookies: no CSRF token is needed, and
-    a wrong method is a 405, never Django's CSRF page."""
+    path) keep their links private. A tenant route with `own_transactions` writes in
+    transactions of its own and its audit entry inside them (receiptsite/audit/recording.py);
+    the others' writes run in one transaction with their entry. Bearer keys, never cookies:
+    no CSRF token is needed, and a wrong method is a 405, never Django's CSRF page."""
 
     def decorator(view: View) -> View:
         @functools.wraps(view)
@@ -137,7 +140,7 @@ def api_route(
                     # locked for the whole request; `audited` answers and logs a refusal.
                     replay = _taken_now(limit)
                     with rowsecurity.tenant_transaction(key.tenant_id):
-                        response = audited(request, replay, serve)
+                        response = audited(request, replay, serve, own_transactions)
                 else:
                     if limit is not None:
                         limit()

@@ -191,8 +191,10 @@ def head() -> Head:
     return _snapshot()[0]
 
 
-def lock_for_append() -> None:
-    """Serialise appends and signatures. Call inside the storing transaction, first.
+def lock_for_append() -> Head:
+    """Serialise appends and signatures. Call inside the storing transaction, first; returns
+    the stored tree head, which the lock keeps current until the transaction ends (pass it to
+    append_many).
 
     On PostgreSQL a transaction-scoped advisory lock; SQLite transactions here are BEGIN
     IMMEDIATE (see settings), which already holds the single write lock. Then, under the lock,
@@ -203,7 +205,7 @@ def lock_for_append() -> None:
     checkpoint includes it.
     """
     lock()
-    _bring_up_to_date()
+    return _bring_up_to_date()
 
 
 def lock() -> None:
@@ -214,7 +216,7 @@ def lock() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [APPEND_LOCK])
 
 
-def _bring_up_to_date(key: keyring.ActiveKey | None = None) -> None:
+def _bring_up_to_date(key: keyring.ActiveKey | None = None) -> Head:
     """With the lock held: refuse a rolled-back log, else make the latest signed checkpoint
     the stored head's, signed by `key` (default: the active key). CannotSign when that key was
     marked compromised since this process recorded it."""
@@ -245,10 +247,11 @@ def _bring_up_to_date(key: keyring.ActiveKey | None = None) -> None:
     elif key is None:
         key = keyring.active_key()
     if latest is not None and latest.signed.size == current.size and latest.key_id == key.row.pk:
-        return
+        return current
     _store_note(current, key)
     if known is None or known.size < current.size:
         _remember(current)  # a tree committed before (a catch-up): it cannot roll back
+    return current
 
 
 def _store_note(current: Head, key: keyring.ActiveKey) -> None:
@@ -307,24 +310,26 @@ def sign_head_with(key: keyring.ActiveKey) -> None:
     _bring_up_to_date(key)
 
 
-def append(receipt: Receipt, data: bytes) -> Head:
+def append(receipt: Receipt, data: bytes, current: Head | None = None) -> Head:
     """Append a receipt's canonical bytes as the next leaf, and sign the new head; return that
     head (the leaf's index is its size - 1). See append_many()."""
-    return append_many([(receipt, data)])
+    return append_many([(receipt, data)], current)
 
 
-def append_many(stored: Sequence[tuple[Receipt, bytes]]) -> Head:
+def append_many(stored: Sequence[tuple[Receipt, bytes]], current: Head | None = None) -> Head:
     """Append each receipt's canonical bytes as the next leaf, in order, and sign the final
     head once; return that head (the last leaf's index is its size - 1).
 
-    Must run inside the transaction that stores the receipts, after lock_for_append().
-    O(k log n) for k leaves, in a constant number of statements: reads the frontier of
-    complete subtrees once, then writes the k entries, the new nodes, a head per new size
-    (so every size keeps its root) and one signed note.
+    Must run inside the transaction that stores the receipts, after lock_for_append(), whose
+    head `current` is (read again when not given). O(k log n) for k leaves, in a constant
+    number of statements: reads the frontier of complete subtrees once, then writes the k
+    entries, the new nodes, a head per new size (so every size keeps its root) and one
+    signed note.
     """
     if not stored:
         raise ValueError("nothing to append")
-    current = head()
+    if current is None:
+        current = head()
     nodes = _nodes(merkle.nodes_for_append(current.size))
     size, root = current.size, current.root
     now = connection.ops.adapt_datetimefield_value(timezone.now())

@@ -8,7 +8,7 @@ appends its log leaf.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,9 @@ class IdempotencyKeyReused(Exception):
 class Ingested:
     receipt: Receipt
     replayed: bool
+
+
+BeforeCommit = Callable[[list[Ingested]], None]
 
 
 @dataclass
@@ -137,8 +140,12 @@ def prepare(
     return redact(producer, limit=settings.TEXT_LIMIT)
 
 
-def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
-    """Store one receipt, or replay the one its idempotency key already names.
+def receipt_ingest(
+    *, api_key: ApiKey, payload: object, before_commit: BeforeCommit | None = None
+) -> Ingested:
+    """Store one receipt, or replay the one its idempotency key already names. A new receipt
+    is passed to `before_commit` last thing in the storing transaction (the API writes its
+    audit entry there).
 
     Raises DocumentInvalid (422) or IdempotencyKeyReused (422); log.LogRollback or
     keyring.CannotSign (503) when the site must not sign, before anything is stored.
@@ -151,7 +158,7 @@ def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
     with transaction.atomic():
         # Appends are serialised; so, therefore, are the idempotency look-up and the insert:
         # concurrent requests with one key store exactly one receipt.
-        log.lock_for_append()
+        current = log.lock_for_append()
         if idempotency_key is not None:
             existing = Receipt.objects.by_idempotency_key(tenant.pk, idempotency_key)
             if existing is not None:
@@ -161,7 +168,9 @@ def receipt_ingest(*, api_key: ApiKey, payload: object) -> Ingested:
 
         receipt, data = _new_receipt(api_key, producer, redactions, request_hash)
         receipt.save(force_insert=True)
-        logged = log.append(receipt, data)  # and its signed checkpoint, in this transaction
+        logged = log.append(receipt, data, current)  # and its signed checkpoint
+        if before_commit is not None:
+            before_commit([Ingested(receipt=receipt, replayed=False)])
     log.remember(logged)  # committed: now it may be remembered outside the database
     _log_entry_cached(receipt, logged.size - 1)
     return Ingested(receipt=receipt, replayed=False)
@@ -207,12 +216,15 @@ def _log_entry_cached(receipt: Receipt, index: int) -> None:
 
 
 def receipts_ingest(
-    *, api_key: ApiKey, payloads: Sequence[object]
+    *, api_key: ApiKey, payloads: Sequence[object], before_commit: BeforeCommit | None = None
 ) -> list[Ingested | DocumentInvalid | IdempotencyKeyReused]:
     """Store a batch: each payload processed in order as if it were posted alone (stored,
     replayed, or refused with the exception receipt_ingest would raise), in one transaction
     that takes the log's lock once, inserts the new receipts together, appends their leaves
     and signs one checkpoint, remembered once.
+
+    When the batch stores receipts, its stored and replayed items are passed to
+    `before_commit` last thing in that transaction.
 
     Raises what receipt_ingest raises before storing anything (log.LogRollback,
     keyring.CannotSign) when the site must not sign: then nothing of the batch is stored.
@@ -221,7 +233,7 @@ def receipts_ingest(
     results: list[Ingested | DocumentInvalid | IdempotencyKeyReused] = []
     batch = _Batch()
     with transaction.atomic():
-        log.lock_for_append()
+        current = log.lock_for_append()
         named = {
             item.get("idempotency_key") for item in payloads if isinstance(item, dict)
         } - {None}
@@ -256,7 +268,9 @@ def receipts_ingest(
         if not batch.stored:
             return results
         Receipt.objects.bulk_create([receipt for receipt, _ in batch.stored])
-        logged = log.append_many(batch.stored)
+        logged = log.append_many(batch.stored, current)
+        if before_commit is not None:
+            before_commit([outcome for outcome in results if isinstance(outcome, Ingested)])
     log.remember(logged)
     first = logged.size - len(batch.stored)
     for offset, (receipt, _) in enumerate(batch.stored):
