@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -136,3 +139,37 @@ def assert_problem(response: Any, status: int, slug: str) -> dict[str, Any]:
 
 def count_receipts() -> int:
     return Receipt.objects.count()
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """unix://... of a redis-server of the test module's own, without persistence (never the
+    machine's shared Redis)."""
+    import redis
+
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    folder = tmp_path_factory.mktemp("redis")
+    sock = folder / "redis.sock"
+    process = subprocess.Popen(
+        [server, "--port", "0", "--unixsocket", str(sock), "--save", "",
+         "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"unix://{sock}"
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if redis.Redis.from_url(url).ping():
+                    break
+            except redis.ConnectionError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start (exit {process.poll()})")
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=15)

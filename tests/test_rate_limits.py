@@ -9,10 +9,6 @@ it are skipped, saying so, where redis-server is not installed.
 from __future__ import annotations
 
 import logging
-import shutil
-import subprocess
-import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,43 +25,6 @@ from tests.conftest import Producer, assert_problem, example_body
 from tests.live import LiveSite
 
 T = 1_800_000_000.0  # a moment, in seconds since the epoch
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """unix://... of a redis-server started for this module, without persistence."""
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
-    folder = tmp_path_factory.mktemp("redis")
-    socket = folder / "redis.sock"
-    process = subprocess.Popen(
-        [server, "--port", "0", "--unixsocket", str(socket), "--save", "",
-         "--appendonly", "no", "--dir", str(folder)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"unix://{socket}"
-    try:
-        _wait_for_redis(url, process)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
-
-
-def _wait_for_redis(url: str, process: subprocess.Popen[bytes]) -> None:
-    import redis
-
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            if redis.Redis.from_url(url).ping():
-                return
-        except redis.ConnectionError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"redis-server did not start (exit {process.poll()})")
-        time.sleep(0.05)
 
 
 def _flush(url: str) -> None:

@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -55,39 +54,6 @@ def _pg_tool(name: str) -> str:
     if other is None:
         pytest.skip(f"{name} is not installed")
     return other
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """unix://... of a redis-server of this module's own, without persistence."""
-    import redis
-
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
-    folder = tmp_path_factory.mktemp("redis")
-    sock = folder / "redis.sock"
-    process = subprocess.Popen(
-        [server, "--port", "0", "--unixsocket", str(sock), "--save", "",
-         "--appendonly", "no", "--dir", str(folder)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"unix://{sock}"
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if redis.Redis.from_url(url).ping():
-                    break
-            except redis.ConnectionError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start (exit {process.poll()})")
-            time.sleep(0.05)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
 
 
 @pytest.fixture
