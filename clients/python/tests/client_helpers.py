@@ -14,6 +14,18 @@ from typing import Any
 
 from tests.live import LiveSite
 
+# CrewAI's telemetry, tracing and version check off. CrewAI starts its telemetry (an
+# OpenTelemetry exporter thread that calls telemetry.crewai.com) when it is first imported,
+# at collection, before any fixture runs: conftest.py sets these for the whole session, and
+# test_crewai_adapter.py's fixture sets them again around each test.
+CREWAI_OFFLINE = {
+    "CREWAI_DISABLE_TELEMETRY": "true",
+    "OTEL_SDK_DISABLED": "true",
+    "CREWAI_DISABLE_TRACKING": "true",
+    "CREWAI_TRACING_ENABLED": "false",
+    "CREWAI_DISABLE_VERSION_CHECK": "true",
+}
+
 
 def document(workflow_id: str, **changes: Any) -> dict[str, Any]:
     """A valid `end` receipt document; a change to None removes the field."""

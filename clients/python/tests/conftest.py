@@ -9,14 +9,18 @@ site's.
 
 from __future__ import annotations
 
+import os
 import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from client_helpers import CREWAI_OFFLINE
 
 from tests.live import LiveSite
+
+os.environ.update(CREWAI_OFFLINE)  # before any test module imports crewai (client_helpers)
 
 
 @pytest.fixture(scope="module")
