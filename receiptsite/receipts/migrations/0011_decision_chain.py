@@ -19,49 +19,21 @@ import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
-immutability = importlib.import_module("receiptsite.receipts.migrations.0002_immutability")
+no_replace = importlib.import_module("receiptsite.receipts.migrations.0005_no_replacing_insert")
 
 TABLE = "receipts_decisionlink"
 # Every unique key of the table (tests/test_decision_chain.py checks it against the database).
 UNIQUE_KEYS: list[tuple[str, ...]] = [
     ("id",), ("position",), ("decision_id",), ("previous_hash",)
 ]
-NO_REPLACE = f"{TABLE}_no_replace"
-
-
-def sqlite_no_replace() -> str:
-    meets = " OR ".join(
-        f"EXISTS (SELECT 1 FROM {TABLE} WHERE "
-        + " AND ".join(f'"{column}" = NEW."{column}"' for column in key)
-        + ")"
-        for key in UNIQUE_KEYS
-    )
-    return (
-        f"CREATE TRIGGER {NO_REPLACE} BEFORE INSERT ON {TABLE} WHEN {meets} BEGIN "
-        f"SELECT RAISE(ABORT, 'receiptsite: an INSERT meeting an existing row of {TABLE} is "
-        f"refused: the table is append-only'); END;"
-    )
 
 
 def install(apps, schema_editor):
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
-        statements = immutability.postgres_triggers(TABLE)
-    elif vendor == "sqlite":
-        statements = [*immutability.sqlite_triggers(TABLE), sqlite_no_replace()]
-    else:
-        raise RuntimeError(f"no immutability triggers for {vendor}")
-    for statement in statements:
-        schema_editor.execute(statement)
+    no_replace.install_append_only(schema_editor, TABLE, UNIQUE_KEYS)
 
 
 def remove(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_append_only ON {TABLE};")
-        schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_no_truncate ON {TABLE};")
-    else:
-        for name in (f"{TABLE}_no_update", f"{TABLE}_no_delete", NO_REPLACE):
-            schema_editor.execute(f"DROP TRIGGER IF EXISTS {name};")
+    no_replace.remove_append_only(schema_editor, TABLE)
 
 
 def chain_existing(apps, schema_editor):
