@@ -34,6 +34,11 @@ ROUTES = [
 ]
 NUMBER = r"[\d,]+(?:\.\d+)?"
 
+
+def figure(text: str) -> float:
+    """A printed figure: 1,011.9 is 1011.9 (run.py groups thousands)."""
+    return float(text.replace(",", ""))
+
 pytestmark = pytest.mark.live
 
 
@@ -70,10 +75,10 @@ def test_the_load_benchmark_runs_and_prints_every_route() -> None:
         )
         assert row, f"no row of figures for {route!r} in:\n{table}"
         assert row.group(5) == "0", f"{route}: answers outside 2xx under load"
-        assert float(row.group(7)) > 0, f"{route}: no worker's peak RSS was read"
+        assert figure(row.group(7)) > 0, f"{route}: no worker's peak RSS was read"
         if route.startswith("ingest"):
             assert row.group(2) != "-", f"{route}: no receipts/s"
-    assert float(re.search(rf"^verify\s+({NUMBER})", table, re.MULTILINE)[1]) > 0  # type: ignore[index]
+    assert figure(re.search(rf"^verify\s+({NUMBER})", table, re.MULTILINE)[1]) > 0  # type: ignore[index]
     for target in ("verify", "page", "ingest single", "ingest batch", "p99 < 50 ms"):
         assert re.search(rf"{re.escape(target)}.*: (holds|MISSED)$", output, re.MULTILINE), target
     plans = output.split("query plans at 300 receipts", 1)[1]
