@@ -17,7 +17,7 @@ Two layers are measured.
     merkle.consistency_proof(m, size, tree.get) are timed one by one, i and m uniformly random.
     Every node MemoryTree.append stores is compared with the builder's, every proof verified.
 
-(b) The stored log: the real receiptsite.receipts.log.append(), inclusion_proof() and
+(b) The stored log: the real receiptsite.ledger.log.append(), inclusion_proof() and
     consistency_proof() against a real database (its own SQLite temp file, or its own
     PostgreSQL database created and dropped by the script).
 
@@ -328,7 +328,7 @@ class Store:
         from django.db import connection
         from django.utils import timezone
 
-        from receiptsite.receipts import keyring
+        from receiptsite.ledger import keyring
         from receiptsite.receipts.models import ApiKey, Receipt, Tenant
 
         self.connection = connection
@@ -476,7 +476,7 @@ def db_layer(
 
     from receiptsite.integrity import merkle
     from receiptsite.integrity.canonical import sha256_hex
-    from receiptsite.receipts import keyring, log
+    from receiptsite.ledger import keyring, log
     from receiptsite.receipts.models import Receipt
 
     store = Store()

@@ -312,9 +312,9 @@ def _site_pipeline(body: dict[str, Any], receipt_id: str, recorded_at: str, tena
     (producer's part, its canonical bytes, the document's canonical bytes)."""
     from django.conf import settings
 
+    from receiptsite.evidence.document import evidence_document, producer_with_links, validate
+    from receiptsite.evidence.redaction import redact
     from receiptsite.integrity.canonical import canonical_bytes
-    from receiptsite.receipts.document import evidence_document, producer_with_links, validate
-    from receiptsite.receipts.redact import redact
 
     draft = validate(body)
     if draft.links is not None:
@@ -340,7 +340,7 @@ def _site_pipeline(body: dict[str, Any], receipt_id: str, recorded_at: str, tena
 def _fast_pipeline(body: dict[str, Any], receipt_id: str, recorded_at: str, tenant: Tenant) -> Made:
     """The same for a body the benchmark made (already normalised, nothing to redact or cut),
     without the pure-Python RFC 8785 serialiser: about ten times faster."""
-    from receiptsite.receipts.evidence import BOUNDARY, SCHEMA
+    from receiptsite.evidence.declaration import BOUNDARY, SCHEMA
 
     _, slug, name, _, prefix = tenant
     document = {
@@ -370,9 +370,9 @@ def _make_rows(span: tuple[int, int]) -> list[tuple[tuple[Any, ...], bytes]]:
     from django.db import connection
     from django.db.models import DateTimeField, UUIDField
 
+    from receiptsite.evidence.declaration import columns_of
     from receiptsite.integrity import keys, merkle
     from receiptsite.integrity.canonical import sha256_hex
-    from receiptsite.receipts.evidence import columns_of
     from receiptsite.receipts.models import Receipt, format_timestamp
 
     shape: Shape = _WORKER["shape"]
@@ -473,7 +473,7 @@ class Filler:
         from django.db import connections, transaction
         from django.db.models import Max
 
-        from receiptsite.receipts import log
+        from receiptsite.ledger import log
         from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt
 
         started = time.perf_counter()
@@ -534,8 +534,8 @@ class Filler:
 
     def check_some(self, rng: random.Random, count: int = 5) -> None:
         """A few random receipts of the fill must verify in-process."""
+        from receiptsite.ledger.verification import verification_json
         from receiptsite.receipts.models import Receipt
-        from receiptsite.receipts.verification import verification_json
 
         for _ in range(count):
             index = rng.randrange(self.builder.size)
@@ -718,7 +718,7 @@ def _log_size() -> int:
     """The stored log's size, which every receipt stored grows by one."""
     from django.db import connection
 
-    from receiptsite.receipts import log
+    from receiptsite.ledger import log
 
     size = log.head().size
     connection.close()  # no connection of this process stays open beside the site's
@@ -804,7 +804,7 @@ class ListRoute:
 def list_routes(shape: Shape, size: int, rng: random.Random) -> list[ListRoute]:
     """The tenant's list, without and with each filter, with values of the first tenant that
     occur in the data set (so each filter selects its realistic fraction)."""
-    from receiptsite.receipts.evidence import LIST_FILTERS, OUTCOMES, PHASES
+    from receiptsite.evidence.declaration import LIST_FILTERS, OUTCOMES, PHASES
 
     mine = [i for i in (rng.randrange(size) for _ in range(4000)) if tenant_of(i) == 0] or [0]
     values: dict[str, list[str]] = {
@@ -843,8 +843,8 @@ def list_path(query: dict[str, str]) -> str:
 
 def expected_list(tenant_id: int, query: dict[str, str]) -> list[str]:
     """The ids the list must answer, from the database (newest first, 50)."""
+    from receiptsite.lib.rfc3339 import parse_rfc3339
     from receiptsite.receipts.models import Receipt
-    from receiptsite.receipts.rfc3339 import parse_rfc3339
 
     rows = Receipt.objects.filter(tenant_id=tenant_id)
     for name, value in query.items():
@@ -1191,7 +1191,7 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from receiptsite.receipts import keyring
+    from receiptsite.ledger import keyring
     from receiptsite.receipts.models import ApiKey, Tenant
 
     call_command("migrate", verbosity=0, interactive=False)

@@ -1,7 +1,7 @@
 """Every error answer of the API is RFC 9457 problem+json, made here.
 
 Code anywhere below a view raises `Problem`; the API's route decorator
-(receiptsite.receipts.http.api_route) turns it into the answer, in one place.
+(receiptsite.api.routes.api_route) turns it into the answer, in one place.
 """
 
 from __future__ import annotations

@@ -125,6 +125,10 @@ INSTALLED_APPS = [
     "django_htmx",
     "axes",
     "receiptsite.receipts",
+    "receiptsite.ledger",
+    "receiptsite.review",
+    "receiptsite.withdrawal",
+    "receiptsite.pages",
     "receiptsite.audit",
 ]
 
@@ -183,7 +187,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the pair
 AXES_RESET_ON_SUCCESS = True
 # The client address as the rate limits see it: X-Forwarded-For only from TRUSTED_PROXIES.
-AXES_CLIENT_IP_CALLABLE = "receiptsite.receipts.http.client_address"
+AXES_CLIENT_IP_CALLABLE = "receiptsite.api.routes.client_address"
 AXES_LOCKOUT_TEMPLATE = "lockout.html"
 # Log lines name the account and the address (an operator needs both); the password is always
 # masked by django-axes, and never stored either.
@@ -199,7 +203,7 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
-LOCALE_PATHS = [BASE_DIR / "receiptsite" / "receipts" / "locale"]
+LOCALE_PATHS = [BASE_DIR / "receiptsite" / "locale"]
 USE_I18N = True
 TIME_ZONE = "UTC"
 USE_TZ = True
@@ -263,7 +267,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = BATCH_MAX_BYTES
 RATE_LIMITS = config.rate_limits(env("RATE_LIMITS", "on"))
 TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
 
-# REDIS_URL: optional. The rate limits' buckets (receipts/ratelimit.py), shared by every worker
+# REDIS_URL: optional. The rate limits' buckets (api/ratelimit.py), shared by every worker
 # and host, live in the database; with REDIS_URL, in Redis, and so does Django's cache.
 REDIS_URL = config.redis_url(env("REDIS_URL"))
 CACHES = {

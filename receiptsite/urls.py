@@ -4,9 +4,10 @@ from django.contrib import admin
 from django.urls import path, register_converter
 from django.views.i18n import JavaScriptCatalog
 
+from receiptsite.api import views as api
+from receiptsite.api.routes import ReceiptIdConverter
 from receiptsite.audit import views as audit_views
-from receiptsite.receipts import api, views
-from receiptsite.receipts.http import ReceiptIdConverter
+from receiptsite.pages import views
 
 register_converter(ReceiptIdConverter, "receipt_id")
 
@@ -29,12 +30,12 @@ urlpatterns = [
     path("api/log/consistency", api.consistency, name="log-consistency"),
     path("api/openapi.json", api.openapi, name="openapi"),
     path("healthz", api.healthz, name="healthz"),
-    path("jsi18n/", JavaScriptCatalog.as_view(packages=["receiptsite.receipts"]),
+    path("jsi18n/", JavaScriptCatalog.as_view(packages=["receiptsite.pages"]),
          name="javascript-catalog"),
     path("admin/", admin.site.urls),
 ]
 
-handler400 = "receiptsite.receipts.views.bad_request"
-handler403 = "receiptsite.receipts.views.permission_denied"
-handler404 = "receiptsite.receipts.views.not_found"
-handler500 = "receiptsite.receipts.views.server_error"
+handler400 = "receiptsite.pages.views.bad_request"
+handler403 = "receiptsite.pages.views.permission_denied"
+handler404 = "receiptsite.pages.views.not_found"
+handler500 = "receiptsite.pages.views.server_error"

@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from receiptsite.receipts import keyring
+from receiptsite.ledger import keyring
 from receiptsite.receipts.models import ApiKey, Receipt, Tenant
 from tests.examples import EXAMPLE_BODY
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from receiptsite.receipts.evidence import BOUNDARY
+from receiptsite.evidence.declaration import BOUNDARY
 from receiptsite.receipts.models import ApiKey, Receipt
 from tests.conftest import EXAMPLE_BODY, Producer, assert_problem, count_receipts, example_body
 

@@ -3,7 +3,7 @@ GET /api/audit-logs lists the tenant's own; the admin shows them to auditors; on
 `manage.py pruneauditlog` can remove old ones, and the database refuses everything else.
 
 The first part runs in-process on the suite's database (SQLite, or PostgreSQL with
-DATABASE_URL); the last part drives a live gunicorn (tests/live.py) on a database of its own.
+DATABASE_URL); the last part drives a live gunicorn (tests/livesite.py) on a database of its own.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from receiptsite.audit.recording import route_name
 from receiptsite.config import ConfigurationError, audit_log_days
 from receiptsite.receipts.models import ApiKey, Receipt
 from tests.conftest import SITE, Producer, assert_problem, example_body
-from tests.live import PYTHON, REPO, LiveSite, is_postgres
+from tests.livesite import PYTHON, REPO, LiveSite, is_postgres
 from tests.test_configuration import assert_one_line, environment
 
 AUDIT = "/api/audit-logs"

@@ -234,7 +234,7 @@ def test_every_string_of_the_public_pages_has_a_chinese_translation() -> None:
     import re
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parent.parent / "receiptsite/receipts/locale/zh_Hans"
+    folder = Path(__file__).resolve().parent.parent / "receiptsite/locale/zh_Hans"
     for name in ("django", "djangojs"):
         text = (folder / "LC_MESSAGES" / f"{name}.po").read_text()
         entry = r'\n(?:msgctxt (".*")\n)?msgid ((?:".*"\n)+)msgstr ((?:".*"\n)+)'

@@ -1,5 +1,5 @@
 """The reviewer's page in a real browser: Debian's Chromium driven by Playwright, against a real
-gunicorn (tests/live.py). axe-core checks accessibility; the page's own Web Crypto code checks
+gunicorn (tests/livesite.py). axe-core checks accessibility; the page's own Web Crypto code checks
 the receipt."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from receiptsite.integrity import keys, note
 from receiptsite.integrity.encoding import b64url_decode
 from tests.conftest import EXAMPLE_BODY
-from tests.live import PYTHON, REPO, LiveSite, is_postgres
+from tests.livesite import PYTHON, REPO, LiveSite, is_postgres
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import LiveSite
+from tests.livesite import LiveSite
 from tests.test_browser import Watched, collect_static, publish, verify_in_browser
 from tests.test_browser import browser as browser  # the fixture, re-exported
 

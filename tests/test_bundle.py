@@ -1,7 +1,7 @@
 """GET /run/<id>/bundle.json, the offline bundle, and the page's machine-readable facts and
 "check it yourself" commands.
 
-End to end through a live gunicorn (tests/live.py) on the suite's database (SQLite, or
+End to end through a live gunicorn (tests/livesite.py) on the suite's database (SQLite, or
 PostgreSQL with DATABASE_URL): the bundle is downloaded over HTTP, the site is stopped, and
 `receipt-verify --key` checks the file with no network. The page's JSON-LD block is parsed
 from the live page, and its Linux command (and the parts of the macOS one that this machine
@@ -28,7 +28,7 @@ from receiptsite.config import rate_limits
 from receiptsite.integrity import merkle, tlogproof
 from receiptsite.integrity.encoding import b64decode
 from tests.conftest import Producer, example_body
-from tests.live import VENV_BIN, LiveSite, Response
+from tests.livesite import VENV_BIN, LiveSite, Response
 
 CLI = VENV_BIN / "receipt-verify"
 

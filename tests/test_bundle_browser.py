@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import VENV_BIN, LiveSite
+from tests.livesite import VENV_BIN, LiveSite
 from tests.test_browser import Watched, axe_violations, collect_static, publish
 from tests.test_browser import browser as browser  # the fixture, re-exported
 

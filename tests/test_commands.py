@@ -18,7 +18,7 @@ from django.test import Client
 from receiptsite.config import signing_key
 from receiptsite.integrity import note
 from receiptsite.integrity.keys import generate_private_key_pem, load_private_key_pem
-from receiptsite.receipts import keyring, log
+from receiptsite.ledger import keyring, log
 from receiptsite.receipts.models import ApiKey, Receipt, SignedCheckpoint, SigningKey, Tenant
 from receiptsite.receipts.services import receipt_ingest
 from tests.conftest import Producer, example_body, tamper

@@ -2,7 +2,7 @@
 `manage.py` and gunicorn with one line that names it, never a traceback and never a 500 later.
 
 Real processes: `manage.py check` and gunicorn with the repository's gunicorn.conf.py, each
-with an environment of its own (the suite's variables removed, see tests/live.py).
+with an environment of its own (the suite's variables removed, see tests/livesite.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from receiptsite.config import ConfigurationError, log_level, rate_limits, redis_url
 from receiptsite.integrity.keys import generate_private_key_pem
-from tests.live import GUNICORN, PYTHON, REPO, SITE_VARIABLES, LiveSite, free_port
+from tests.livesite import GUNICORN, PYTHON, REPO, SITE_VARIABLES, LiveSite, free_port
 
 TIMEOUT = 60  # seconds for a process that should stop at once
 

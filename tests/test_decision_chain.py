@@ -2,7 +2,7 @@
 bytes, Ed25519 by the site's active key) and chained to the one before it; `checkdecisions`,
 the admin and the CSV export expose a decision changed, removed, reordered or slipped in.
 
-The first part runs in the suite's database; the second drives a real gunicorn (tests/live.py)
+The first part runs in the suite's database; the second drives a real gunicorn (tests/livesite.py)
 over HTTP, tampering with its database through the documented maintenance path only (SQLite:
 dropping and recreating the triggers; PostgreSQL: `session_replication_role = replica`).
 """
@@ -40,11 +40,11 @@ from django.utils import timezone
 
 from receiptsite.integrity import keys
 from receiptsite.integrity.canonical import canonical_bytes, is_canonical
-from receiptsite.receipts import keyring
+from receiptsite.ledger import keyring
 from receiptsite.receipts.models import DecisionLink, Receipt, ReviewDecision, SigningKey
 from receiptsite.receipts.services import decision_record
 from tests.conftest import Producer, example_body
-from tests.live import PYTHON, REPO, LiveSite, is_postgres, suite_database_url
+from tests.livesite import PYTHON, REPO, LiveSite, is_postgres, suite_database_url
 
 migration = importlib.import_module("receiptsite.receipts.migrations.0011_decision_chain")
 immutability = importlib.import_module("receiptsite.receipts.migrations.0002_immutability")

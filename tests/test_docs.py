@@ -12,7 +12,8 @@ import pytest
 from django.urls import URLPattern
 
 from receiptsite import urls
-from receiptsite.receipts import docgen, evidence
+from receiptsite.evidence import declaration as evidence
+from receiptsite.evidence import docgen
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 import rfc8785
 
-from receiptsite.receipts.document import (
+from receiptsite.api.strictjson import BadJSON, parse_json
+from receiptsite.evidence.declaration import BOUNDARY
+from receiptsite.evidence.document import (
     DocumentInvalid,
     Draft,
     LinkRefs,
@@ -20,10 +22,8 @@ from receiptsite.receipts.document import (
     producer_with_links,
     validate,
 )
-from receiptsite.receipts.evidence import BOUNDARY
-from receiptsite.receipts.redact import redact
-from receiptsite.receipts.rfc3339 import is_rfc3339, parse_rfc3339
-from receiptsite.receipts.strictjson import BadJSON, parse_json
+from receiptsite.evidence.redaction import redact
+from receiptsite.lib.rfc3339 import is_rfc3339, parse_rfc3339
 from tests.examples import EXAMPLE_BODY, EXAMPLE_CANONICAL_B64, EXAMPLE_HASH
 
 MAX = 2**53 - 1

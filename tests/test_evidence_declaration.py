@@ -12,10 +12,8 @@ import pytest
 from django.db import models
 from django.test import Client
 
-from receiptsite.receipts import evidence
-from receiptsite.receipts.models import Receipt
-from receiptsite.receipts.redact import free_texts, redact
-from receiptsite.receipts.validation import (
+from receiptsite.evidence import declaration as evidence
+from receiptsite.evidence.kinds import (
     NUL_MESSAGE,
     SECRET_MESSAGE,
     Field,
@@ -27,6 +25,8 @@ from receiptsite.receipts.validation import (
     Text,
     Timestamp,
 )
+from receiptsite.evidence.redaction import free_texts, redact
+from receiptsite.receipts.models import Receipt
 from tests.conftest import Producer, assert_problem, example_body, tamper
 
 SECRET = "sk-proj-Ab3dEf6hIj9kLmNoPq12"

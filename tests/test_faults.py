@@ -27,7 +27,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.conftest import example_body
-from tests.live import LiveSite, Response, free_port, is_postgres, suite_database_url
+from tests.livesite import LiveSite, Response, free_port, is_postgres, suite_database_url
 
 WORKERS = 3
 DATABASE_TIMEOUT = 2  # seconds: the site's connect timeout (settings read DATABASE_TIMEOUT)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.examples import EXAMPLE_BODY
-from tests.live import LiveSite
+from tests.livesite import LiveSite
 
 pytestmark = pytest.mark.live
 

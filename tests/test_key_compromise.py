@@ -30,10 +30,10 @@ from receiptsite_client import verify as client
 from receiptsite.config import signing_key
 from receiptsite.integrity import keys, note
 from receiptsite.integrity.encoding import b64url_decode
-from receiptsite.receipts import keyring
+from receiptsite.ledger import keyring
 from receiptsite.receipts.models import AppendedSignature, SignedCheckpoint, SigningKey
 from tests.conftest import EXAMPLE_BODY, Producer, lift_guard, tamper
-from tests.live import LiveSite
+from tests.livesite import LiveSite
 
 TABLE = AppendedSignature._meta.db_table
 NEW_KEY_FILE = re.compile(r"Now point SIGNING_KEY_FILE at (\S+) and restart")

@@ -21,8 +21,8 @@ from django.test.utils import CaptureQueriesContext
 from receiptsite.config import signing_key
 from receiptsite.integrity import merkle
 from receiptsite.integrity.keys import generate_private_key_pem
+from receiptsite.ledger import keyring, log
 from receiptsite.problems import Problem
-from receiptsite.receipts import keyring, log
 from receiptsite.receipts.models import ApiKey, Receipt, SignedCheckpoint, SigningKey
 from receiptsite.receipts.services import receipt_ingest
 from tests.conftest import Producer, assert_problem, example_body

@@ -1,7 +1,7 @@
 """Concurrency against a real gunicorn with several worker processes (idempotency, the log's
 integrity, headers; see docs/).
 
-Each site here has a fresh database of its own (tests/live.py): an SQLite file, or a new
+Each site here has a fresh database of its own (tests/livesite.py): an SQLite file, or a new
 PostgreSQL database when the suite runs with DATABASE_URL=postgres://... Everything is checked
 over HTTP, and the Merkle roots and signatures with code written here, independently of the
 site's own.
@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from receiptsite.integrity.merkle import verify_consistency
 from tests.conftest import example_body
-from tests.live import LiveSite, Response
+from tests.livesite import LiveSite, Response
 
 pytestmark = pytest.mark.live
 

@@ -19,7 +19,7 @@ import pytest
 
 from receiptsite import logconfig
 from tests.examples import EXAMPLE_BODY
-from tests.live import LiveSite, Response
+from tests.livesite import LiveSite, Response
 
 RECEIPT_ID = "f5245d22-e650-49ae-8876-f1a335f309bc"
 API_KEY = "rk_6dac8a669810_Zx3v9QpL-k2_mN8sTq"

@@ -1,9 +1,9 @@
-"""The per-process memos of what stored bytes alone determine (receipts/memo.py): bounded, and
+"""The per-process memos of what stored bytes alone determine (lib/memo.py): bounded, and
 never holding large receipts."""
 
 from __future__ import annotations
 
-from receiptsite.receipts import memo
+from receiptsite.lib import memo
 
 
 def test_small_bytes_are_read_once_and_large_ones_every_time() -> None:

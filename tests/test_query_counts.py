@@ -46,7 +46,7 @@ PUBLIC["bundle"] = (
 # The page of a receipt with links reads them in one more query (and, on PostgreSQL, names
 # them in the row-level security scope first).
 LINKS = (1, 2)
-# A receipt whose signing key is compromised: its appended signatures (receipts/signatures.py)
+# A receipt whose signing key is compromised: its appended signatures (ledger/signatures.py)
 # in one more query, on the verify route and the page (and the bundle, which holds a verify).
 COMPROMISED_KEY = (1, 1)
 # Every tenant route also writes its line of the API audit log.
@@ -130,7 +130,7 @@ def test_a_receipt_signed_again_after_a_key_compromise_costs_one_more_query(
 ) -> None:
     from django.core.management import call_command
 
-    from receiptsite.receipts import keyring
+    from receiptsite.ledger import keyring
 
     # compromisekey writes the new key in place of the compromised one: in a copy.
     copy = tmp_path / "signing-key.pem"

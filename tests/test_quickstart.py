@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import PYTHON, REPO, SITE_VARIABLES
+from tests.livesite import PYTHON, REPO, SITE_VARIABLES
 
 pytestmark = pytest.mark.live
 
@@ -41,7 +41,7 @@ def test_quickstart_sets_up_everything_from_nothing(tmp_path: Path) -> None:
     script = (
         "import json, sys\n"
         "from receiptsite.receipts.models import Receipt\n"
-        "from receiptsite.receipts.verification import verification_json\n"
+        "from receiptsite.ledger.verification import verification_json\n"
         "print(json.dumps([verification_json(r) for r in Receipt.objects.for_verification()"
         ".order_by('pk')]))\n"
     )

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from receiptsite.api import ratelimit
+from receiptsite.api.routes import throttle
 from receiptsite.config import rate_limits
 from receiptsite.problems import Problem
-from receiptsite.receipts import ratelimit
-from receiptsite.receipts.http import throttle
 from receiptsite.receipts.models import ApiKey, RateBucket, Tenant
 from tests.conftest import Producer, assert_problem, example_body
-from tests.live import LiveSite
+from tests.livesite import LiveSite
 
 T = 1_800_000_000.0  # a moment, in seconds since the epoch
 
@@ -194,7 +194,7 @@ def test_a_redis_that_does_not_answer_lets_requests_pass_and_says_so(
 ) -> None:
     settings.REDIS_URL = f"unix://{tmp_path}/nobody.sock"
     settings.RATE_LIMITS = rate_limits("read=1/0.001")
-    with caplog.at_level(logging.ERROR, logger="receiptsite.receipts.ratelimit"):
+    with caplog.at_level(logging.ERROR, logger="receiptsite.api.ratelimit"):
         for _ in range(3):
             throttle("read", "a", now=T)
     assert "rate limits are not applied: Redis did not answer" in caplog.text

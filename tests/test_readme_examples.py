@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import REPO, VENV_BIN, LiveSite
+from tests.livesite import REPO, VENV_BIN, LiveSite
 
 pytestmark = pytest.mark.live
 

@@ -25,7 +25,7 @@ from django.urls import URLPattern, get_resolver
 
 from receiptsite.config import signing_key
 from receiptsite.integrity.keys import generate_private_key_pem
-from receiptsite.receipts import log
+from receiptsite.ledger import log
 from receiptsite.receipts.models import ApiKey, Receipt
 from receiptsite.receipts.services import receipt_ingest
 from tests.conftest import Producer, example_body

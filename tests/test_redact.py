@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from receiptsite_client.redaction import find_secrets, redact_text, truncate
 
-from receiptsite.receipts.redact import redact
+from receiptsite.evidence.redaction import redact
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."

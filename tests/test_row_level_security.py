@@ -25,7 +25,7 @@ import pytest
 
 from receiptsite.receipts.rowsecurity import SCOPED
 from tests.conftest import example_body
-from tests.live import LiveSite, _admin_connect, is_postgres, suite_database_url
+from tests.livesite import LiveSite, _admin_connect, is_postgres, suite_database_url
 
 pytestmark = [
     pytest.mark.live,

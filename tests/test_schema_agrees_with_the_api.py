@@ -19,7 +19,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from receiptsite.receipts.validation import (
+from receiptsite.evidence.kinds import (
     INTEGER_MESSAGE,
     METADATA_VALUE_MESSAGE,
     SECRET_MESSAGE,

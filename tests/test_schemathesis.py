@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.live import REPO, VENV_BIN, LiveSite
+from tests.livesite import REPO, VENV_BIN, LiveSite
 
 pytestmark = pytest.mark.live
 

@@ -29,7 +29,7 @@ import pytest
 from django.conf import settings
 
 from tests.examples import EXAMPLE_BODY
-from tests.live import PYTHON, REPO, SITE_VARIABLES, LiveSite
+from tests.livesite import PYTHON, REPO, SITE_VARIABLES, LiveSite
 
 # --- the scorer -------------------------------------------------------------------------------
 

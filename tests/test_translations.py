@@ -21,11 +21,11 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import translation
 
-from receiptsite.receipts.presentation import BOUNDARY_TRANSLATIONS
+from receiptsite.pages.presentation import BOUNDARY_TRANSLATIONS
 from tests.conftest import Producer, tamper
 
 ROOT = Path(__file__).resolve().parent.parent
-MESSAGES = ROOT / "receiptsite/receipts/locale/zh_Hans/LC_MESSAGES"
+MESSAGES = ROOT / "receiptsite/locale/zh_Hans/LC_MESSAGES"
 DOMAINS = ("django", "djangojs")
 
 

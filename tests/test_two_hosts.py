@@ -31,9 +31,9 @@ import pytest
 from django.test import Client
 
 from receiptsite.integrity.encoding import b64
-from receiptsite.receipts import log, logstate
+from receiptsite.ledger import log, logstate
 from tests.conftest import Producer, assert_problem, count_receipts, example_body
-from tests.live import LiveSite, Response, free_port, is_postgres, suite_database_url
+from tests.livesite import LiveSite, Response, free_port, is_postgres, suite_database_url
 
 # The live tests: two hosts need a database server they share, which an SQLite file is not.
 on_postgres = pytest.mark.skipif(

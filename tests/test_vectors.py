@@ -218,7 +218,7 @@ def test_a_valid_vector_really_is_the_site_verification() -> None:
 def test_the_generator_writes_the_same_vectors_from_a_fresh_site(tmp_path: Path) -> None:
     """vectors/generate.py, run again against a new live site, produces the same list of
     vectors with the same verdicts and failing checks (the bytes differ: new ids, new keys)."""
-    from tests.live import PYTHON, REPO
+    from tests.livesite import PYTHON, REPO
 
     done = subprocess.run(
         [str(PYTHON), str(VECTORS / "generate.py"), "--out", str(tmp_path)],

@@ -23,11 +23,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from receiptsite.integrity import merkle
-from receiptsite.receipts import withdrawal as service
 from receiptsite.receipts.models import LogNode, Receipt, Withdrawal
+from receiptsite.withdrawal import withdrawals as service
 from tests import test_immutability as immutability
 from tests.conftest import Producer, assert_problem, example_body
-from tests.live import LiveSite, is_postgres, suite_database_url
+from tests.livesite import LiveSite, is_postgres, suite_database_url
 from tests.test_immutability import STATEMENTS, snapshot
 from tests.test_query_counts import PUBLIC, pinned, public_requests, queries_of
 from tests.test_reads_never_write import WRITES

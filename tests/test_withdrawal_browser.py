@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.live import LiveSite
+from tests.livesite import LiveSite
 from tests.test_browser import (
     Watched,
     axe_violations,

@@ -25,7 +25,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.conftest import example_body
-from tests.live import LiveSite, Response
+from tests.livesite import LiveSite, Response
 
 pytestmark = pytest.mark.live
 

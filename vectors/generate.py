@@ -2,7 +2,7 @@
 
     .venv/bin/python vectors/generate.py [--out DIR]
 
-Starts a real site (tests/live.py: gunicorn, a fresh database, `SITE_URL` set to
+Starts a real site (tests/livesite.py: gunicorn, a fresh database, `SITE_URL` set to
 https://receipts.example.org so that nothing in the vectors points at a port), publishes five
 receipts over HTTP — a plain one, one the site redacts, then (after rotating the signing key)
 one linked to the first, a `start` with non-ASCII text, and a fifth so that every proof has
@@ -39,7 +39,7 @@ from receiptsite.integrity import keys as site_keys  # noqa: E402
 from receiptsite.integrity import note as site_note  # noqa: E402
 from receiptsite.integrity import tlogproof as site_tlogproof  # noqa: E402
 from tests.examples import EXAMPLE_BODY  # noqa: E402
-from tests.live import LiveSite  # noqa: E402
+from tests.livesite import LiveSite  # noqa: E402
 from tests.test_vectors import (  # noqa: E402
     BUNDLE_CHECK_NAMES,
     CHECK_NAMES,

@@ -1,5 +1,5 @@
 """Writing the API audit log: one entry for each request a tenant's key makes, whatever it is
-answered. receiptsite.receipts.http.api_route calls `audited` once the key is authenticated
+answered. receiptsite.api.routes.api_route calls `audited` once the key is authenticated
 (a 401 has no tenant, so no entry).
 
 Where the entry is written, so that a stored receipt always has its entry and a read costs one

@@ -1,5 +1,5 @@
 """GET /api/audit-logs: the tenant's own audit-log entries, newest first, filtered and
-keyset-paginated like the tenant's receipts (receiptsite.receipts.api), with the same errors."""
+keyset-paginated like the tenant's receipts (receiptsite.api.views), with the same errors."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import uuid
 
 from django.http import HttpResponse
 
-from receiptsite.audit.models import AuditEntry
-from receiptsite.receipts.api import (
+from receiptsite.api.routes import RECEIPT_ID_PATTERN, TenantRequest, api_route
+from receiptsite.api.views import (
     _bad_parameter,
     _json,
     _whole_number,
     keyset_page,
     refuse_nul,
 )
-from receiptsite.receipts.http import RECEIPT_ID_PATTERN, TenantRequest, api_route
+from receiptsite.audit.models import AuditEntry
 
 CURSOR_SALT = "receiptsite.audit.cursor"
 

@@ -17,7 +17,8 @@ from django.utils.html import format_html
 
 from receiptsite.audit.admin import request_that_stored
 from receiptsite.integrity.encoding import b64
-from receiptsite.receipts import decisions as chain
+from receiptsite.ledger.verification import verification_json
+from receiptsite.pages.presentation import page_context
 from receiptsite.receipts.models import (
     ApiKey,
     DecisionLink,
@@ -27,11 +28,10 @@ from receiptsite.receipts.models import (
     Tenant,
     format_timestamp,
 )
-from receiptsite.receipts.presentation import page_context
 from receiptsite.receipts.services import decision_record
-from receiptsite.receipts.verification import verification_json
-from receiptsite.receipts.withdrawal import withdrawn
-from receiptsite.receipts.withdrawal_admin import may_withdraw, withdraw_receipts
+from receiptsite.review import chain
+from receiptsite.withdrawal.admin import may_withdraw, withdraw_receipts
+from receiptsite.withdrawal.withdrawals import withdrawn
 
 
 def _cell(text: str) -> str:
@@ -125,7 +125,7 @@ class ReceiptAdmin(ReadOnlyAdmin):
                                 "request_that_stored")
     inlines = [DecisionInline]
     request_that_stored = staticmethod(request_that_stored)  # from the API audit log
-    actions = [withdraw_receipts]  # receipts/withdrawal_admin.py
+    actions = [withdraw_receipts]  # withdrawal/admin.py
 
     def has_withdraw_permission(self, request: HttpRequest) -> bool:
         return may_withdraw(request)
@@ -165,7 +165,7 @@ class DecisionForm(forms.ModelForm):
         return data
 
 
-# The CSV export's columns of the auditors' record (receipts/decisions.py), after the
+# The CSV export's columns of the auditors' record (review/chain.py), after the
 # decision's own: enough to check each row with nothing but the site's published keys.
 RECORD_COLUMNS = ["position", "previous_decision_id", "previous_hash", "decision_hash",
                   "signature", "signing_key", "chained_at", "chained_by", "signed_document",
@@ -208,7 +208,7 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        # Whether the whole record checks out, above the list (receipts/decisions.py).
+        # Whether the whole record checks out, above the list (review/chain.py).
         record = chain.check()
         context = {**(extra_context or {}), "decision_record": record,
                    "decision_findings": record.findings[:10]}

@@ -24,8 +24,8 @@ def sign_after_migrate(*, using: str, stdout: Any = None, **kwargs: Any) -> None
     the stored tree head unless the latest checkpoint already is that (the empty tree's on a
     new database, the first by a rotated key), so that a read always has a checkpoint to
     serve and never signs one itself."""
+    from receiptsite.ledger import log
     from receiptsite.problems import Problem
-    from receiptsite.receipts import log
     from receiptsite.receipts.models import SignedCheckpoint
 
     connection = connections[using]

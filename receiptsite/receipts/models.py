@@ -23,7 +23,7 @@ from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
-from receiptsite.receipts.evidence import COLUMNS, LIST_FILTERS, StoredColumn
+from receiptsite.evidence.declaration import COLUMNS, LIST_FILTERS, StoredColumn
 
 
 def format_timestamp(value: datetime) -> str:
@@ -440,7 +440,7 @@ class ReviewDecision(models.Model):
 
 class DecisionLink(models.Model):
     """A review decision's place in the auditors' record: one hash chain over every decision,
-    kept apart from the public log (receipts/decisions.py). The link holds the hash of the
+    kept apart from the public log (review/chain.py). The link holds the hash of the
     decision's canonical bytes (which name the decision before it) and the site's signature
     over them; the decision row itself is untouched. Append-only (migrations/0011)."""
 
@@ -471,7 +471,7 @@ class DecisionLink(models.Model):
 
 
 class RateBucket(models.Model):
-    """A rate limit's token bucket, shared by every worker and host (receipts/ratelimit.py).
+    """A rate limit's token bucket, shared by every worker and host (api/ratelimit.py).
     Not a record: each take rewrites its row, and full buckets are deleted."""
 
     name = models.CharField(max_length=100, primary_key=True)  # scope:key prefix or address
@@ -486,7 +486,7 @@ class Withdrawal(models.Model):
     """A receipt withdrawn by its publisher or an auditor: append-only, one per receipt.
 
     Its existence is what lets the database erase the receipt's content (the one change of a
-    receipt row the triggers permit, migrations/0009_withdrawal); receipts/withdrawal.py does
+    receipt row the triggers permit, migrations/0009_withdrawal); withdrawal/withdrawals.py does
     it. `receipt_public_id` repeats the receipt's public id so that, on PostgreSQL, a public
     read of that one receipt can read its withdrawal too (rowsecurity.SCOPED)."""
 

@@ -102,7 +102,7 @@ SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND n.nspname = 'public'
 """
 READ_ONLY_TABLES = ("django_migrations",)
-# Erases a withdrawn receipt's content (receipts/withdrawal.py), as the tables' owner.
+# Erases a withdrawn receipt's content (withdrawal/withdrawals.py), as the tables' owner.
 ERASE_FUNCTION = "receiptsite_erase_withdrawn(bigint)"
 # Written by commands run as the owner, never by the site: the permit to prune the audit log.
 OWNER_ONLY_TABLES = ("audit_prunepermit",)

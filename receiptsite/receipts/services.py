@@ -18,9 +18,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from receiptsite.integrity.canonical import canonical_bytes, sha256_hex
-from receiptsite.receipts import decisions, keyring, log
-from receiptsite.receipts.document import (
+from receiptsite.evidence.declaration import columns_of
+from receiptsite.evidence.document import (
     DocumentInvalid,
     Draft,
     LinkRefs,
@@ -28,7 +27,9 @@ from receiptsite.receipts.document import (
     producer_with_links,
     validate,
 )
-from receiptsite.receipts.evidence import columns_of
+from receiptsite.evidence.redaction import redact
+from receiptsite.integrity.canonical import canonical_bytes, sha256_hex
+from receiptsite.ledger import keyring, log
 from receiptsite.receipts.models import (
     ApiKey,
     LogEntry,
@@ -36,7 +37,7 @@ from receiptsite.receipts.models import (
     ReviewDecision,
     format_timestamp,
 )
-from receiptsite.receipts.redact import redact
+from receiptsite.review import chain as decisions
 
 
 class IdempotencyKeyReused(Exception):

@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    # The rate limits' token buckets (receipts/ratelimit.py). Not append-only: no triggers.
+    # The rate limits' token buckets (api/ratelimit.py). Not append-only: no triggers.
 
     dependencies = [
         ("receipts", "0005_no_replacing_insert"),

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import migrations, models
 
 from receiptsite.receipts import rowsecurity
-from receiptsite.receipts import withdrawal as service
+from receiptsite.withdrawal import withdrawals as service
 
 immutability = importlib.import_module("receiptsite.receipts.migrations.0002_immutability")
 

@@ -1,5 +1,5 @@
 """The auditors' record: every review decision signed and chained to the one before it
-(receipts/decisions.py), in its own append-only table, guarded like the others (0002's
+(review/chain.py), in its own append-only table, guarded like the others (0002's
 triggers; on SQLite 0005's kind of trigger against an insert that replaces a row).
 
 The decisions that exist when this migration runs are chained here, in the order they were
@@ -39,7 +39,7 @@ def remove(apps, schema_editor):
 def chain_existing(apps, schema_editor):
     from receiptsite.integrity import keys
     from receiptsite.integrity.canonical import canonical_bytes, sha256_hex
-    from receiptsite.receipts import decisions
+    from receiptsite.review import chain as decisions
 
     ReviewDecision = apps.get_model("receipts", "ReviewDecision")
     DecisionLink = apps.get_model("receipts", "DecisionLink")

@@ -1,0 +1,220 @@
+"""The log monitor: recompute the tree from the stored receipts and hold the site to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from receiptsite.integrity import keys, merkle, note
+from receiptsite.integrity.encoding import b64
+from receiptsite.ledger import log
+from receiptsite.receipts.models import (
+    AppendedSignature,
+    Checkpoint,
+    LogEntry,
+    LogNode,
+    SignedCheckpoint,
+    SigningKey,
+    format_timestamp,
+)
+
+
+class Command(BaseCommand):
+    help = (
+        "Recompute the transparency log from the stored receipts and compare it with the "
+        "stored tree and the latest signed checkpoint; with --against, prove that an earlier "
+        "checkpoint (saved by anyone) is consistent with today's tree. Exits non-zero on any "
+        "mismatch."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--against",
+            metavar="CHECKPOINT_FILE",
+            help="a signed checkpoint saved earlier from /api/log/checkpoint",
+        )
+
+    def handle(self, *args: Any, against: str | None = None, **options: Any) -> None:
+        problems: list[str] = []
+        leaves: list[bytes] = []
+        stored_leaves = dict(
+            LogNode.objects.filter(key__lt=LogNode.node_key(1, 0)).values_list("key", "hash")
+        )
+        rows = LogEntry.objects.order_by("index").values_list(
+            "index", "receipt__canonical_bytes", "receipt__withdrawal__id"
+        )
+        withdrawn = 0
+        for index, data, withdrawal in rows.iterator(chunk_size=2000):
+            if index != len(leaves):
+                problems.append(f"the log has no leaf {len(leaves)} (next stored is {index})")
+                break
+            if withdrawal is not None and not bytes(data):
+                # A withdrawn receipt's content is erased (withdrawal/withdrawals.py): its leaf
+                # is the one kept in the log, and the tree is recomputed with it.
+                withdrawn += 1
+                leaves.append(bytes(stored_leaves.get(LogNode.node_key(0, index), b"")))
+                continue
+            leaves.append(merkle.leaf_hash(bytes(data)))
+        size = len(leaves)
+
+        for index, leaf in enumerate(leaves):
+            if bytes(stored_leaves.get(LogNode.node_key(0, index), b"")) != leaf:
+                problems.append(f"leaf {index}: the receipt's bytes are not the ones logged")
+
+        current = log.head()
+        if current.size != size:
+            problems.append(f"the latest checkpoint has size {current.size}, the log {size}")
+        elif merkle.root_from_leaves(leaves) != current.root:
+            problems.append(f"the root of the {size} stored receipts differs from the checkpoint's")
+        for tree_size, root in Checkpoint.objects.values_list("tree_size", "root_hash").iterator():
+            if tree_size <= size and merkle.root_from_leaves(leaves[:tree_size]) != bytes(root):
+                problems.append(f"the stored checkpoint of size {tree_size} has a wrong root")
+                break
+        try:
+            log.guard(current)
+        except log.LogRollback as error:
+            problems.append(error.reason)
+        problems += self.check_latest_signed(leaves, current)
+        problems += check_appended_signatures()
+
+        if against:
+            problems += self.check_against(Path(against), leaves, current)
+
+        if problems:
+            raise CommandError("the log does not check out:\n- " + "\n- ".join(problems))
+        self.stdout.write(
+            f"OK: {size} leaves recomputed; root {b64(current.root)} matches the checkpoint."
+            + (f" {withdrawn} withdrawn receipt(s) count with their kept leaf hash."
+               if withdrawn else "")
+        )
+
+    def check_latest_signed(self, leaves: list[bytes], current: log.Head) -> list[str]:
+        """The checkpoint reads serve: signed by its key, for the recomputed tree, current."""
+        latest = (
+            SignedCheckpoint.objects.select_related("signing_key")
+            .order_by("-tree_size", "-id")
+            .first()
+        )
+        if latest is None:
+            return ["no checkpoint has been signed (`manage.py signcheckpoint` signs one)"]
+        key = latest.signing_key
+        verifier = note.verifier_key(current.origin, bytes(key.public_key))
+        body = note.verify_note(latest.note, [verifier])
+        if body is None:
+            return ["the latest signed checkpoint does not verify under the key that signed it"]
+        _, size, root = note.parse_checkpoint(body)
+        if size > len(leaves) or merkle.root_from_leaves(leaves[:size]) != root:
+            return [f"the latest signed checkpoint ({size} leaves) is not of the stored log"]
+        problems: list[str] = []
+        if key.status == SigningKey.COMPROMISED:
+            if _disowned(key, latest):
+                problems.append(
+                    f"the latest signed checkpoint is by the key {key.kid}, signed after it was "
+                    f"compromised (as of {_as_of(key)}): it proves nothing"
+                )
+            else:
+                problems.append(
+                    f"the latest signed checkpoint is by the compromised key {key.kid} "
+                    "(`manage.py signcheckpoint` signs the tree with the active key)"
+                )
+        if size < len(leaves):
+            problems.append(
+                f"the latest signed checkpoint has {size} leaves, the log {len(leaves)} (did a "
+                "process stop between storing and signing? `manage.py signcheckpoint` signs "
+                "the current tree)"
+            )
+        return problems
+
+    def check_against(self, path: Path, leaves: list[bytes], current: log.Head) -> list[str]:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            return [f"cannot read {path}: {error}"]
+        listed = list(SigningKey.objects.all())
+        verifiers = [
+            note.verifier_key(current.origin, bytes(key.public_key))
+            for key in listed
+            if key.status != SigningKey.COMPROMISED
+        ]
+        body = note.verify_note(text, verifiers)
+        if body is None:
+            body, problem = self.by_a_compromised_key(path, text, listed, current.origin)
+            if body is None:
+                return [problem]
+        origin, size, root = note.parse_checkpoint(body)
+        if origin != current.origin:
+            return [f"{path} is for the log {origin!r}, not {current.origin!r}"]
+        if size > len(leaves):
+            return [f"{path} has {size} leaves, but the log now has only {len(leaves)}"]
+        if size == 0:
+            return [] if root == merkle.EMPTY_ROOT else [f"{path} has a wrong empty root"]
+        proof = log.consistency_proof(size, len(leaves))
+        ours = merkle.root_from_leaves(leaves)
+        if not merkle.verify_consistency(size, len(leaves), proof, root, ours):
+            return [f"the log of {len(leaves)} leaves is NOT consistent with {path} ({size})"]
+        self.stdout.write(f"Consistent with the checkpoint of size {size} in {path}.")
+        return []
+
+    def by_a_compromised_key(
+        self, path: Path, text: str, listed: list[SigningKey], origin: str
+    ) -> tuple[str | None, str]:
+        """A checkpoint signed only by a compromised key counts when the site's own records
+        show that it signed exactly this note before the key was compromised; otherwise it
+        proves nothing (anyone holding the key could have made it)."""
+        for key in listed:
+            if key.status != SigningKey.COMPROMISED:
+                continue
+            body = note.verify_note(text, [note.verifier_key(origin, bytes(key.public_key))])
+            if body is None:
+                continue
+            signed = SignedCheckpoint.objects.filter(signing_key=key, note=text).order_by("id")
+            record = signed.first()
+            if record is not None and not _disowned(key, record):
+                self.stdout.write(
+                    f"{path} is signed by the compromised key {key.kid}, but this site signed "
+                    f"it at {format_timestamp(record.signed_at)}, before the compromise."
+                )
+                return body, ""
+            return None, (
+                f"{path} is signed by the key {key.kid}, compromised as of {_as_of(key)}, and "
+                "this site has no record of signing it before then: it proves nothing"
+            )
+        return None, f"{path} is not a checkpoint signed by one of this site's keys"
+
+
+def check_appended_signatures() -> list[str]:
+    """Each signature `compromisekey` appended verifies under its key, over the receipt's
+    bytes, and rests on a checkpoint signed before the old key was compromised that includes
+    the receipt (a receipt whose content was erased by a withdrawal has no bytes to check)."""
+    problems: list[str] = []
+    rows = AppendedSignature.objects.values_list(
+        "id",
+        "signature",
+        "signing_key__public_key",
+        "receipt__canonical_bytes",
+        "receipt__log_entry__index",
+        "receipt__signing_key__compromised_at",
+        "evidence__tree_size",
+        "evidence__signed_at",
+    )
+    for number, signature, public, data, index, compromised_at, size, signed_at in rows.iterator(
+        chunk_size=2000
+    ):
+        if data and not keys.verify_signature(bytes(public), bytes(data), bytes(signature)):
+            problems.append(f"appended signature {number} does not verify")
+        elif index is None or index >= size or (compromised_at and signed_at >= compromised_at):
+            problems.append(
+                f"appended signature {number} rests on no checkpoint from before the compromise"
+            )
+    return problems
+
+
+def _disowned(key: SigningKey, signed: SignedCheckpoint) -> bool:
+    """A checkpoint by a compromised key made at or after the compromise counts for nothing."""
+    return key.compromised_at is None or signed.signed_at >= key.compromised_at
+
+
+def _as_of(key: SigningKey) -> str:
+    return format_timestamp(key.compromised_at) if key.compromised_at else "an unrecorded time"

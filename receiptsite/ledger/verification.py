@@ -1,0 +1,200 @@
+"""The verification JSON: every check recomputed from the stored bytes on every request.
+
+Nothing here trusts a stored verdict. A row changed behind the site's back (bytes, hash,
+signature or columns) comes out `invalid`, naming the check that failed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.urls import reverse
+from django.utils import timezone
+
+from receiptsite.evidence.declaration import COLUMNS, columns_of
+from receiptsite.integrity import merkle
+from receiptsite.integrity.canonical import is_canonical, sha256_hex
+from receiptsite.integrity.encoding import b64
+from receiptsite.ledger import log, signatures
+from receiptsite.lib import memo
+from receiptsite.receipts.models import LogEntry, Receipt, format_timestamp
+
+
+class CheckResult(TypedDict):
+    name: str
+    result: str  # pass | fail | pending
+    detail: str
+
+
+def _check(name: str, passed: bool, ok: str, failed: str) -> CheckResult:
+    if passed:
+        return {"name": name, "result": "pass", "detail": ok}
+    return {"name": name, "result": "fail", "detail": failed}
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What the stored bytes alone say. A receipt is immutable, so this is worked out once per
+    distinct bytes (content, not row: bytes changed behind the site's back are other bytes,
+    and are read afresh). The hash, the signature and the log proof are never kept."""
+
+    canonical: bool
+    document: dict[str, Any] | None  # None: no JSON object (shared: read, never change it)
+    expected: dict[str, Any] | None  # the columns as the document says them
+
+
+@memo.of_bytes(maxsize=512)
+def read_bytes(data: bytes) -> _Reading:
+    """The reading of `data` (memoised per process, keyed by the bytes themselves: memo.py)."""
+    canonical = is_canonical(data)
+    try:
+        doc = json.loads(data)
+    except ValueError:  # not UTF-8, or not JSON
+        return _Reading(canonical, None, None)
+    if not isinstance(doc, dict):
+        return _Reading(canonical, None, None)
+    try:
+        expected = {
+            "id": doc.get("id"),
+            "tenant": (doc.get("tenant") or {}).get("slug"),
+            "recorded_at": doc.get("recorded_at"),
+            **columns_of(doc),
+        }
+    except (AttributeError, TypeError):
+        return _Reading(canonical, doc, None)
+    return _Reading(canonical, doc, expected)
+
+
+def _record_matches(receipt: Receipt, reading: _Reading, digest: str) -> tuple[bool, list[str]]:
+    """Compare every stored column with the document; return the names that disagree.
+
+    The columns are the declaration's (evidence.COLUMNS) plus the site's own: whatever a list
+    filter or an admin search reads is vouched for here. `digest` is the SHA-256 of the bytes,
+    recomputed for this request.
+    """
+    if reading.expected is None:
+        return False, ["the document cannot be read"]
+    expected = {**reading.expected, "output_hash": digest}
+    actual = {
+        "id": receipt.uuid,
+        "tenant": receipt.tenant.slug,
+        "recorded_at": format_timestamp(receipt.recorded_at),
+        **{column.name: getattr(receipt, column.name) for column in COLUMNS},
+        "output_hash": receipt.output_hash,
+    }
+    wrong = [name for name in actual if actual[name] != expected[name]]
+    return not wrong, wrong
+
+
+def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
+    """The verification JSON (docs/verification.md) of a receipt fetched with its tenant,
+    signing key and log entry (Receipt.objects.verifiable() or for_verification())."""
+    data = receipt.raw_bytes()
+    checks: list[CheckResult] = []
+    reading = read_bytes(data)
+
+    checks.append(
+        _check(
+            "canonical_form",
+            reading.canonical,
+            "The stored bytes are UTF-8 JSON in RFC 8785 form.",
+            "The stored bytes are not UTF-8 JSON in RFC 8785 form: they were altered.",
+        )
+    )
+    digest = sha256_hex(data)
+    checks.append(
+        _check(
+            "hash",
+            digest == receipt.output_hash,
+            "SHA-256 of the stored bytes equals the stored output hash.",
+            "SHA-256 of the stored bytes differs from the stored output hash.",
+        )
+    )
+    matches, wrong = _record_matches(receipt, reading, digest)
+    checks.append(
+        _check(
+            "record_matches",
+            matches,
+            "The stored columns agree with the document.",
+            "The stored columns disagree with the document: " + ", ".join(wrong) + ".",
+        )
+    )
+    # The newest signature that verifies under a key not compromised (signatures.py).
+    signed = signatures.shown(receipt, data)
+    checks.append(_check("signature", signed.passed, signed.detail, signed.detail))
+
+    log_json, log_check = log_part(receipt, data)
+    checks.append(log_check)
+
+    results = {check["result"] for check in checks}
+    status = "invalid" if "fail" in results else "pending" if "pending" in results else "valid"
+    return {
+        "receipt_id": receipt.uuid,
+        "receipt_url": receipt.url,
+        "status": status,
+        "algorithm": "sha-256",
+        "canonicalization": "RFC 8785",
+        "output_hash": receipt.output_hash,
+        "canonical_bytes": b64(data),
+        "byte_length": len(data),
+        "checks": checks,
+        "signature": {
+            "algorithm": "Ed25519",
+            "key_id": signed.key.kid,
+            "value": b64(signed.value),
+            "keys_url": settings.SITE_URL + reverse("receipt-keys"),
+        },
+        "log": log_json,
+        "verified_at": format_timestamp(now or timezone.now()),
+    }
+
+
+def log_part(
+    receipt: Receipt, data: bytes, leaf: bytes | None = None
+) -> tuple[dict[str, Any] | None, CheckResult]:
+    """The `log` object and the `log_inclusion` check, for the leaf of `data`, or for the
+    given leaf hash (a withdrawn receipt's, whose bytes are erased: withdrawal/withdrawals.py)."""
+    try:
+        index = receipt.log_entry.index
+    except LogEntry.DoesNotExist:
+        return None, {
+            "name": "log_inclusion",
+            "result": "fail",
+            "detail": "The receipt has no place in the transparency log.",
+        }
+    try:
+        signed = log.published()  # the latest stored checkpoint: nothing is signed on a read
+    except log.LogNotSigned as error:
+        return None, {"name": "log_inclusion", "result": "fail", "detail": error.detail}
+    if index >= signed.size:
+        # Only while the POST that stored it has not answered yet: it answers once the
+        # checkpoint that includes the receipt is stored.
+        return None, {
+            "name": "log_inclusion",
+            "result": "pending",
+            "detail": f"The receipt is leaf {index} of the log; the latest signed checkpoint "
+            f"covers {signed.size} leaves, and the one that includes it is being signed.",
+        }
+    proof = log.inclusion_proof(index, signed.size)
+    if leaf is None:
+        leaf = merkle.leaf_hash(data)
+    included = merkle.verify_inclusion(leaf, index, signed.size, proof, signed.root)
+    check = _check(
+        "log_inclusion",
+        included,
+        f"The inclusion proof verifies against the signed checkpoint of size {signed.size}.",
+        f"The inclusion proof does not verify against the signed checkpoint of size "
+        f"{signed.size}: the stored bytes are not the ones logged.",
+    )
+    return {
+        "origin": signed.origin,
+        "index": index,
+        "tree_size": signed.size,
+        "root_hash": b64(signed.root),
+        "inclusion_proof": [b64(p) for p in proof],
+        "checkpoint": signed.note,
+    }, check

@@ -1,0 +1,226 @@
+"""The pages people read: the receipt page, its hand-off text, and the error pages."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.templatetags.static import static
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST, require_safe
+
+from receiptsite.api.routes import (
+    View,
+    capability,
+    rate_limited,
+    receipt_not_found,
+    set_capability_headers,
+)
+from receiptsite.ledger.verification import verification_json
+from receiptsite.pages import bundle
+from receiptsite.pages.presentation import page_context, receipt_handoff
+from receiptsite.problems import Problem, problem
+from receiptsite.receipts.models import Receipt, ReviewDecision
+from receiptsite.receipts.services import decision_record
+from receiptsite.review.forms import DecisionForm
+from receiptsite.withdrawal.withdrawals import Withdrawn, withdrawn
+
+
+@require_safe
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "home.html")
+
+
+@require_safe
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico on pages that name no icon (the admin's)."""
+    return redirect(static("favicon.svg"), permanent=True)
+
+
+def _is_auditor(request: HttpRequest) -> bool:
+    return bool(request.user.has_perm("receipts.view_reviewdecision"))
+
+
+def _receipt(receipt_id: uuid.UUID) -> Receipt | None:
+    return Receipt.objects.verifiable(receipt_id)
+
+
+def _can_review(request: HttpRequest) -> bool:
+    return bool(request.user.has_perm("receipts.add_reviewdecision"))
+
+
+def _render_page(
+    request: HttpRequest, receipt: Receipt, *, form: DecisionForm | None = None,
+    partial: str = "", status: int = 200,
+) -> HttpResponse:
+    context = page_context(receipt, verification_json(receipt), show_follow_up=_is_auditor(request))
+    if _is_auditor(request):
+        # Decisions are internal: only signed-in auditors ever see them.
+        context["decisions"] = list(
+            ReviewDecision.objects.filter(receipt=receipt).select_related(
+                "reviewer", "supersedes", "superseded_by"
+            )
+        )
+        if _can_review(request):
+            context["decision_form"] = form or DecisionForm(receipt=receipt)
+    template = "receipts/receipt.html" + (f"#{partial}" if partial else "")
+    response = render(request, template, context, status=status)
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
+@capability
+@require_safe
+@rate_limited("read")
+def receipt_page(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
+    receipt = _receipt(receipt_id)
+    if receipt is None:
+        return render(request, "404.html", status=404)
+    if (found := withdrawn(receipt)) is not None:
+        return _withdrawn_page(request, found)
+    # htmx's "Check again" asks for the verification panel alone; a plain link gets the page.
+    htmx = getattr(request, "htmx", False)
+    partial = "verification-panel" if htmx and request.GET.get("part") == "verification" else ""
+    return _render_page(request, receipt, partial=partial)
+
+
+@capability
+@require_POST
+def receipt_decision(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
+    """Append an auditor's decision from the page (htmx re-renders the decisions list)."""
+    receipt = _receipt(receipt_id)
+    if receipt is None:
+        return render(request, "404.html", status=404)
+    if (found := withdrawn(receipt)) is not None:
+        return _withdrawn_page(request, found)  # nothing left to review
+    if not _can_review(request):
+        raise PermissionDenied
+    form = DecisionForm(request.POST, receipt=receipt)
+    htmx = getattr(request, "htmx", False)
+    if not form.is_valid():
+        return _render_page(request, receipt, form=form, status=422,
+                            partial="decisions-panel" if htmx else "")
+    decision_record(
+        receipt=receipt,
+        reviewer=request.user,  # type: ignore[arg-type]
+        conclusion=form.cleaned_data["conclusion"],
+        exception_note=form.cleaned_data["exception_note"],
+        follow_up=form.cleaned_data["follow_up"],
+        supersedes=form.cleaned_data["supersedes"],
+    )
+    if htmx:
+        return _render_page(request, receipt, partial="decisions-panel")
+    return redirect(reverse("receipt-page", args=[receipt.public_id]) + "#decisions")
+
+
+@capability
+@require_safe
+@rate_limited("read")
+def handoff_txt(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
+    receipt = _receipt(receipt_id)
+    if receipt is None:
+        return HttpResponse(
+            "There is no receipt with this id.\n",
+            status=404,
+            content_type="text/plain; charset=utf-8",
+        )
+    if (found := withdrawn(receipt)) is not None:
+        return HttpResponse(
+            f"This receipt was withdrawn on {found.withdrawn_at}, by "
+            f"{found.withdrawal.withdrawn_by}, for the reason {found.withdrawal.reason}. Its "
+            "content was erased; its place in the tamper-evident log is kept.\n",
+            status=410,
+            content_type="text/plain; charset=utf-8",
+        )
+    text = receipt_handoff(receipt, show_follow_up=_is_auditor(request))
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
+
+
+def _withdrawn_page(request: HttpRequest, found: Withdrawn) -> HttpResponse:
+    """410: a plain page saying when, by whom and why the receipt was withdrawn."""
+    context = {"withdrawal": found.withdrawal, "withdrawn_at": found.withdrawn_at}
+    return render(request, "receipts/withdrawn.html", context, status=410)
+
+
+def _cors(view: View) -> View:
+    """Readable from any origin, like the JSON routes: verifiers on other sites use it."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        response["Access-Control-Allow-Origin"] = "*"
+        return response
+
+    return wrapper
+
+
+@csrf_exempt  # it only reads: another method is a 405, never the CSRF page
+@_cors
+@capability
+@require_safe
+@rate_limited("read")
+def receipt_bundle(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
+    """The offline bundle (pages/bundle.py), as a file to download."""
+    receipt = _receipt(receipt_id)
+    if receipt is None:
+        return render(request, "404.html", status=404)
+    body, status = bundle.bundle_json(receipt)
+    response = JsonResponse(
+        body, status=status, json_dumps_params={"ensure_ascii": False, "indent": 2}
+    )
+    response["Content-Disposition"] = f'attachment; filename="{bundle.filename(receipt)}"'
+    return response
+
+
+def _is_capability_path(path: str) -> bool:
+    return path.startswith(("/run/", "/api/receipt/", "/api/receipts/"))
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/") or request.path == "/healthz"
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Django's own 400s (a Host header not in ALLOWED_HOSTS, say)."""
+    if _is_api(request):
+        return problem(400, "bad-request", "Bad request", "The request could not be read.")
+    return HttpResponse("Bad request\n", status=400, content_type="text/plain; charset=utf-8")
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return problem(403, "forbidden", "Forbidden", "This request is not allowed.")
+    return render(request, "403.html", status=403)
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    response: HttpResponse
+    if _is_api(request):
+        missing = receipt_not_found() if _is_capability_path(request.path) else Problem(
+            404, "not-found", "Not found", "There is no such route or receipt."
+        )
+        response = missing.response()
+    else:
+        response = render(request, "404.html", status=404)
+    if _is_capability_path(request.path):
+        set_capability_headers(response)
+    if request.path.startswith("/run/") and request.path.endswith("/bundle.json"):
+        response["Access-Control-Allow-Origin"] = "*"  # as receipt_bundle's own 404
+    return response
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return problem(
+            500, "server-error", "Server error", "Something went wrong on our side."
+        )
+    context: dict[str, Any] = {"site_url": settings.SITE_URL}
+    return HttpResponse(render_to_string("500.html", context), status=500)

@@ -1,0 +1,280 @@
+"""Withdrawal: a receipt is withdrawn, never edited.
+
+A withdrawal is an append-only record (models.Withdrawal), written by the publishing tenant
+(`POST /api/receipts/<id>/withdrawal`) or by an auditor (the admin's action). In the same
+transaction the receipt's content is erased: its canonical bytes and every column that repeats
+the document (the declaration's columns, evidence.COLUMNS, and the request hash) become empty.
+What stays is KEPT: the id, the tenant, `recorded_at`, the output hash, the signature and the
+keys that made it; the leaf hash and the log position stay in the log's own tables. The
+database permits this one change of a receipt row, and only once a withdrawal record for it
+exists (migrations/0009_withdrawal derives its triggers from KEPT and the model's columns).
+
+Erased means gone from the database's files too, as far as the site can reach them:
+
+- SQLite keeps deleted content in free pages and in the write-ahead log. The erasing
+  transaction runs with `PRAGMA secure_delete = ON` (freed space and pages are overwritten
+  with zeros), and once it has committed `PRAGMA wal_checkpoint(TRUNCATE)` copies the log into
+  the database file and empties it.
+- PostgreSQL keeps the old row version (and its index entries and TOAST chunks) as dead tuples
+  until VACUUM. Once the transaction has committed the site runs `VACUUM (INDEX_CLEANUP ON)`
+  on the receipts table, which a role that owns the table may do; for any other role
+  PostgreSQL skips it with a warning and autovacuum does it later. `VACUUM FULL` (README)
+  rewrites the table's files, for byte-level certainty. pg_wal, WAL archives and backups keep
+  the old content until they are recycled (README, "Withdrawal").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from django.contrib.auth.models import User
+from django.db import DatabaseError, IntegrityError, connection, models, transaction
+from django.db.models import OuterRef, Subquery
+from receiptsite_client.redaction import redact_text
+
+from receiptsite.evidence.kinds import OBJECT_MESSAGE, Enum, Errors, Field, Object, Text
+from receiptsite.integrity.encoding import b64
+from receiptsite.problems import Problem
+from receiptsite.receipts.models import (
+    ApiKey,
+    LogNode,
+    Receipt,
+    Summary,
+    Withdrawal,
+    format_timestamp,
+)
+from receiptsite.receipts.rowsecurity import ERASE_FUNCTION
+
+logger = logging.getLogger(__name__)
+
+REASONS: Final = tuple(value for value, _ in Withdrawal.REASONS)
+NOTE_MAX: Final = 500
+MAX_BYTES: Final = 16 * 1024  # a withdrawal's body is two short fields
+
+# The body of POST /api/receipts/<id>/withdrawal (validation refuses unknown keys; the
+# OpenAPI schema is BODY.schema()).
+BODY: Final = Object(
+    fields=(
+        Field("reason", Enum(REASONS), required=True),
+        # Free text: a secret in it is redacted before it is stored.
+        Field("note", Text(max_len=NOTE_MAX, free=True)),
+    )
+)
+
+# The columns of a receipt row a withdrawal keeps. Every other column is erased.
+KEPT: Final = (
+    "id",
+    "public_id",
+    "tenant_id",
+    "api_key_id",
+    "recorded_at",
+    "output_hash",
+    "signature",
+    "signing_key_id",
+)
+
+
+def parse(payload: object) -> dict[str, Any]:
+    """The withdrawal body checked against BODY; Problem 422 naming every bad field."""
+    errors = Errors()
+    if isinstance(payload, dict):
+        body = BODY.check_fields(payload, "", errors)
+    else:
+        errors.add("", OBJECT_MESSAGE)
+    if errors.items:
+        fields = ", ".join(e["field"] or "(the body)" for e in errors.items)
+        raise Problem(
+            422,
+            "validation-error",
+            "The withdrawal is not valid",
+            f"{len(errors.items)} field(s) are not valid: {fields}. A withdrawal is "
+            f'{{"reason": one of {", ".join(REASONS)}, "note": at most {NOTE_MAX} characters}}.',
+            errors=errors.items,
+        )
+    return body
+
+
+def erased_value(field: models.Field[Any, Any]) -> Any:
+    """What an erased column holds: empty bytes, NULL where the column allows it, else ''."""
+    if field.get_internal_type() == "BinaryField":
+        return b""
+    return None if field.null else ""
+
+
+def erased_fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
+    """The columns of `model` (the receipt model, or its state in a migration) a withdrawal
+    erases: all but KEPT."""
+    fields = [f for f in model._meta.concrete_fields if f.column not in KEPT]
+    missing = set(KEPT) - {f.column for f in model._meta.concrete_fields}
+    assert not missing, f"KEPT names columns the receipt does not have: {missing}"
+    return fields
+
+
+def is_erased(receipt: Receipt) -> bool:
+    return not receipt.raw_bytes()
+
+
+@dataclass(frozen=True)
+class Withdrawn:
+    """A withdrawn receipt, as the public routes show it."""
+
+    withdrawal: Withdrawal
+    leaf_hash: bytes | None  # None: the receipt never had a place in the log
+
+    @property
+    def withdrawn_at(self) -> str:
+        return format_timestamp(self.withdrawal.withdrawn_at)
+
+
+def withdrawn(receipt: Receipt) -> Withdrawn | None:
+    """The withdrawal of `receipt` with its kept leaf hash, or None when it is not withdrawn.
+    Costs nothing for a receipt with content, one query for an erased one. Bytes erased
+    without a withdrawal (behind the site's back: the database refuses it otherwise) are not a
+    withdrawal: verification then fails as for any other change."""
+    if not is_erased(receipt):
+        return None
+    # A leaf hash is the log's node at level 0, whose key is the leaf's index (node_key).
+    leaf = LogNode.objects.filter(key=OuterRef("receipt__log_entry__index")).values("hash")[:1]
+    found = Withdrawal.objects.filter(receipt_id=receipt.pk).annotate(leaf=Subquery(leaf)).first()
+    if found is None:
+        return None
+    leaf_hash = getattr(found, "leaf", None)
+    return Withdrawn(found, bytes(leaf_hash) if leaf_hash is not None else None)
+
+
+def answer(withdrawal: Withdrawal) -> dict[str, str]:
+    """The 201 answer of a withdrawal (and of its replays)."""
+    return {
+        "id": str(withdrawal.receipt_public_id),
+        "withdrawn_at": format_timestamp(withdrawal.withdrawn_at),
+        "reason": withdrawal.reason,
+    }
+
+
+def verification(receipt: Receipt, found: Withdrawn) -> dict[str, Any]:
+    """The 410 answer of `GET /api/receipt/<id>/verify` for a withdrawn receipt: the kept
+    leaf hash, and the log object of the verification JSON with its inclusion proof."""
+    from receiptsite.ledger.verification import log_part
+
+    log_json = None
+    if found.leaf_hash is not None:
+        log_json, _ = log_part(receipt, b"", leaf=found.leaf_hash)
+    return {
+        "receipt_id": receipt.uuid,
+        "status": "withdrawn",
+        "withdrawn_at": found.withdrawn_at,
+        "reason": found.withdrawal.reason,
+        "leaf_hash": b64(found.leaf_hash) if found.leaf_hash is not None else None,
+        "log": log_json,
+    }
+
+
+def summary(receipt: Receipt, withdrawal: Withdrawal) -> dict[str, Any]:
+    """The tenant's summary of a withdrawn receipt: the summary's fields, null where they were
+    read from the erased document, and `withdrawn_at`."""
+    kept: dict[str, Any] = dict(receipt.ingest_answer())
+    erased = {name: None for name in Summary.__annotations__ if name not in kept}
+    return {**kept, **erased, "withdrawn_at": format_timestamp(withdrawal.withdrawn_at)}
+
+
+def summaries(receipts: list[Receipt]) -> list[dict[str, Any]]:
+    """The summaries of a page of the tenant's list: one more query when some are erased."""
+    erased = [r.pk for r in receipts if is_erased(r)]
+    found = (
+        {w.receipt_id: w for w in Withdrawal.objects.filter(receipt_id__in=erased)}
+        if erased
+        else {}
+    )
+    return [summary(r, found[r.pk]) if r.pk in found else dict(r.summary()) for r in receipts]
+
+
+# --- withdrawing -----------------------------------------------------------------------------
+
+
+def receipt_withdraw(
+    *,
+    receipt: Receipt,
+    reason: str,
+    note: str = "",
+    api_key: ApiKey | None = None,
+    auditor: User | None = None,
+) -> tuple[Withdrawal, bool]:
+    """Withdraw `receipt` (by its publisher's `api_key`, or by an `auditor`) and erase its
+    content; (the withdrawal, False). A receipt already withdrawn is left as it is:
+    (the first withdrawal, True)."""
+    assert reason in REASONS and len(note) <= NOTE_MAX
+    assert (api_key is None) != (auditor is None)
+    with transaction.atomic():
+        existing = Withdrawal.objects.filter(receipt_id=receipt.pk).first()
+        if existing is not None:
+            return existing, True
+        try:
+            with transaction.atomic():
+                withdrawal = Withdrawal.objects.create(
+                    receipt=receipt,
+                    receipt_public_id=receipt.public_id,
+                    tenant_id=receipt.tenant_id,
+                    reason=reason,
+                    note=redact_text(note)[0],
+                    withdrawn_by=Withdrawal.PUBLISHER if api_key else Withdrawal.AUDITOR,
+                    api_key=api_key,
+                    auditor=auditor,
+                )
+        except IntegrityError:  # a concurrent withdrawal committed first
+            return Withdrawal.objects.get(receipt_id=receipt.pk), True
+        _erase(receipt)
+        transaction.on_commit(scrub)
+    return withdrawal, False
+
+
+def _erase(receipt: Receipt) -> None:
+    """The one UPDATE of a receipt row the database permits (migrations/0009)."""
+    if connection.vendor == "postgresql":
+        # The site's role holds no UPDATE on receipts: the owner's function erases.
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {ERASE_FUNCTION.partition('(')[0]}(%s)", [receipt.pk])
+        return
+    if connection.vendor == "sqlite":
+        # Overwrite what the UPDATE frees (the old cells, overflow pages and index entries)
+        # with zeros, rather than leave it in free space.
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA secure_delete = ON")
+    erased = {f.attname: erased_value(f) for f in erased_fields(Receipt)}
+    Receipt.objects.filter(pk=receipt.pk).update(**erased)
+
+
+def scrub() -> None:
+    """After an erasing commit: take the old content out of the database's files, as far as
+    this connection may (the module's docstring). A failure is logged, never raised: the
+    withdrawal has committed."""
+    try:
+        if connection.vendor == "sqlite":
+            _checkpoint_sqlite()
+        elif connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f"VACUUM (INDEX_CLEANUP ON) {Receipt._meta.db_table}")
+    except DatabaseError:
+        logger.exception("withdrawal: could not scrub the erased content from the files")
+
+
+def _checkpoint_sqlite(attempts: int = 20) -> None:
+    """Copy the write-ahead log into the database file and truncate it; a reader still on an
+    older snapshot makes SQLite answer busy, so try again for a moment."""
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        (mode,) = cursor.fetchone()
+        if str(mode).lower() != "wal":
+            return
+        for _ in range(attempts):
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            (busy, _frames, _done) = cursor.fetchone()
+            if not busy:
+                return
+            time.sleep(0.05)
+    logger.warning(
+        "withdrawal: the write-ahead log is still in use; the erased content leaves it at the "
+        "next full checkpoint"
+    )
