@@ -187,7 +187,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the pair
 AXES_RESET_ON_SUCCESS = True
 # The client address as the rate limits see it: X-Forwarded-For only from TRUSTED_PROXIES.
-AXES_CLIENT_IP_CALLABLE = "receiptsite.api.routes.client_address"
+AXES_CLIENT_IP_CALLABLE = "receiptsite.api.ratelimit.client_address"
 AXES_LOCKOUT_TEMPLATE = "lockout.html"
 # Log lines name the account and the address (an operator needs both); the password is always
 # masked by django-axes, and never stored either.

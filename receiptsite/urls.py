@@ -5,8 +5,8 @@ from django.urls import path, register_converter
 from django.views.i18n import JavaScriptCatalog
 
 from receiptsite.api import views as api
-from receiptsite.api.routes import ReceiptIdConverter
 from receiptsite.audit import views as audit_views
+from receiptsite.capability import ReceiptIdConverter
 from receiptsite.pages import views
 
 register_converter(ReceiptIdConverter, "receipt_id")

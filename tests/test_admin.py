@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.test import Client
 
 from receiptsite.receipts.models import Receipt, ReviewDecision
-from receiptsite.receipts.services import decision_record
+from receiptsite.review.services import decision_record
 from tests.conftest import Producer, count_receipts
 
 RECEIPTS = "/admin/receipts/receipt/"

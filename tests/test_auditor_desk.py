@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 
 from receiptsite.receipts.models import Receipt, ReviewDecision
-from receiptsite.receipts.services import decision_record
+from receiptsite.review.services import decision_record
 from tests.conftest import Producer
 
 

@@ -42,7 +42,7 @@ from receiptsite.integrity import keys
 from receiptsite.integrity.canonical import canonical_bytes, is_canonical
 from receiptsite.ledger import keyring
 from receiptsite.receipts.models import DecisionLink, Receipt, ReviewDecision, SigningKey
-from receiptsite.receipts.services import decision_record
+from receiptsite.review.services import decision_record
 from tests.conftest import Producer, example_body
 from tests.livesite import PYTHON, REPO, LiveSite, is_postgres, suite_database_url
 

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.db import Error, connection, transaction
 
 from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt, ReviewDecision
-from receiptsite.receipts.services import decision_record
+from receiptsite.review.services import decision_record
 from tests.conftest import Producer
 
 no_replace = importlib.import_module("receiptsite.receipts.migrations.0005_no_replacing_insert")

@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 
 from receiptsite.api import ratelimit
-from receiptsite.api.routes import throttle
+from receiptsite.api.ratelimit import throttle
 from receiptsite.config import rate_limits
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import ApiKey, RateBucket, Tenant

@@ -1,4 +1,5 @@
-"""Token buckets that every worker and every host of the site share.
+"""Rate limits: token buckets that every worker and every host of the site share, and how a
+route takes from them (`throttle`; pages by `rate_limited`, JSON routes by api_route).
 
 A bucket holds up to `burst` tokens and refills at `rate` tokens a second; a request takes
 `cost` of them, or is refused and told how long to wait. Each take is one atomic step on the
@@ -18,13 +19,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import F, Value
+from django.http import HttpRequest, HttpResponse
 
+from receiptsite.problems import Problem
 from receiptsite.receipts.models import RateBucket
 
 logger = logging.getLogger(__name__)
@@ -51,6 +56,66 @@ def take(key: str, burst: float, rate: float, cost: float, now: float | None = N
     if settings.REDIS_URL:
         return _take_redis(settings.REDIS_URL, key, burst, rate, cost, now)
     return _take_database(key, burst, rate, cost, now)
+
+
+# --- taking from a route ----------------------------------------------------------------
+
+View = Callable[..., HttpResponse]
+
+def _limits() -> dict[str, tuple[float, float]] | None:
+    # Parsed and checked once, at start (receiptsite.config.rate_limits); None is off.
+    limits: dict[str, tuple[float, float]] | None = settings.RATE_LIMITS
+    return limits
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address; X-Forwarded-For is believed only from TRUSTED_PROXIES."""
+    address = request.META.get("REMOTE_ADDR", "")
+    if address in settings.TRUSTED_PROXIES:
+        hops = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+        for hop in reversed(hops):
+            if hop and hop not in settings.TRUSTED_PROXIES:
+                return hop
+    return address
+
+
+def throttle(scope: str, who: str, cost: int = 1, now: float | None = None) -> None:
+    """Take `cost` tokens from `who`'s bucket in `scope`; Problem 429 when there are too few.
+    A cost above the burst is charged as the whole burst, so it can pass once full. `now`
+    (seconds since the epoch) is for tests."""
+    limits = _limits()
+    if limits is None or scope not in limits or cost <= 0:
+        return
+    burst, rate = limits[scope]
+    key = bucket_key(scope, who)
+    wait = take(key, burst, rate, min(float(cost), burst), now)
+    if wait <= 0:
+        return
+    seconds = max(1, math.ceil(wait))
+    raise Problem(
+        429,
+        "rate-limited",
+        "Too many requests",
+        f"Slow down: try again in {seconds} second(s).",
+        headers={"Retry-After": str(seconds)},
+    )
+
+
+def rate_limited(scope: str) -> Callable[[View], View]:
+    """For pages: one token per request from the client address's bucket in `scope`."""
+
+    def decorator(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                throttle(scope, client_address(request))
+            except Problem as error:
+                return error.response()
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
 
 
 # --- the database ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The shape of every route: ids in paths, capability headers, API key authentication,
-method checks, rate limits, and the one place a Problem becomes its problem+json answer.
+"""The shape of every JSON route: method checks, API key authentication, rate limits, the
+audit log's entry, capability headers (receiptsite/capability.py), and the one place a Problem
+becomes its problem+json answer.
 
 Every JSON route is one `@api_route(...)`; the order of what it does is fixed here, not by
 the order decorators happen to be stacked in.
@@ -8,71 +9,29 @@ the order decorators happen to be stacked in.
 from __future__ import annotations
 
 import functools
-import math
-import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
-from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from receiptsite.api import ratelimit
+from receiptsite.api.ratelimit import client_address, throttle
 from receiptsite.audit.recording import audited
+from receiptsite.capability import View, set_capability_headers
 from receiptsite.problems import Problem
 from receiptsite.receipts import rowsecurity
 from receiptsite.receipts.models import ApiKey
 
-View = Callable[..., HttpResponse]
 
-RECEIPT_ID_PATTERN = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-
-
-class ReceiptIdConverter:
-    """`<receipt_id:receipt_id>` in a URL pattern: a hyphenated UUID in any case, parsed once.
-    Anything else does not match the route, so it is the site's ordinary 404."""
-
-    regex = RECEIPT_ID_PATTERN
-
-    def to_python(self, value: str) -> uuid.UUID:
-        return uuid.UUID(value)
-
-    def to_url(self, value: uuid.UUID | str) -> str:
-        return str(value)
-
-
-def receipt_not_found() -> Problem:
-    """The one 404 of a receipt route: an unknown id, a malformed one and another tenant's
-    receipt are answered alike, so that an answer never tells which it was."""
-    return Problem(404, "not-found", "Not found", "There is no receipt with this id.")
+def json_response(body: Any, status: int = 200) -> JsonResponse:
+    """Every JSON answer: UTF-8 as it is (no \\u escapes), any JSON value at the top."""
+    return JsonResponse(body, status=status, safe=False, json_dumps_params={"ensure_ascii": False})
 
 
 class TenantRequest(HttpRequest):
     """A request whose bearer key was authenticated: views of tenant routes take this."""
 
     api_key: ApiKey
-
-
-def set_capability_headers(response: HttpResponse) -> HttpResponse:
-    """A path holding a receipt id is a capability URL: keep it out of referrers, search
-    engines and caches."""
-    response["Referrer-Policy"] = "same-origin"
-    response["X-Robots-Tag"] = "noindex"
-    response["Cache-Control"] = "no-store"
-    return response
-
-
-def capability(view: View) -> View:
-    """For pages whose path holds a receipt id (API routes say `capability=True`). On
-    PostgreSQL the page reads that receipt by its id, and cannot list (rowsecurity)."""
-
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        with rowsecurity.receipt_scope(kwargs["receipt_id"]):
-            response = view(request, *args, **kwargs)
-        return set_capability_headers(response)
-
-    return wrapper
 
 
 def _method_not_allowed(request: HttpRequest, allowed: tuple[str, ...]) -> Problem:
@@ -181,61 +140,4 @@ def _taken_now(limit: Callable[[], None] | None) -> Callable[[], None] | None:
         return refuse_again
     return None
 
-
-# --- rate limits: token buckets shared by every worker and host (api/ratelimit.py) ------
-
-def _limits() -> dict[str, tuple[float, float]] | None:
-    # Parsed and checked once, at start (receiptsite.config.rate_limits); None is off.
-    limits: dict[str, tuple[float, float]] | None = settings.RATE_LIMITS
-    return limits
-
-
-def client_address(request: HttpRequest) -> str:
-    """The client's address; X-Forwarded-For is believed only from TRUSTED_PROXIES."""
-    address = request.META.get("REMOTE_ADDR", "")
-    if address in settings.TRUSTED_PROXIES:
-        hops = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-        for hop in reversed(hops):
-            if hop and hop not in settings.TRUSTED_PROXIES:
-                return hop
-    return address
-
-
-def throttle(scope: str, who: str, cost: int = 1, now: float | None = None) -> None:
-    """Take `cost` tokens from `who`'s bucket in `scope`; Problem 429 when there are too few.
-    A cost above the burst is charged as the whole burst, so it can pass once full. `now`
-    (seconds since the epoch) is for tests."""
-    limits = _limits()
-    if limits is None or scope not in limits or cost <= 0:
-        return
-    burst, rate = limits[scope]
-    key = ratelimit.bucket_key(scope, who)
-    wait = ratelimit.take(key, burst, rate, min(float(cost), burst), now)
-    if wait <= 0:
-        return
-    seconds = max(1, math.ceil(wait))
-    raise Problem(
-        429,
-        "rate-limited",
-        "Too many requests",
-        f"Slow down: try again in {seconds} second(s).",
-        headers={"Retry-After": str(seconds)},
-    )
-
-
-def rate_limited(scope: str) -> Callable[[View], View]:
-    """For pages: one token per request from the client address's bucket in `scope`."""
-
-    def decorator(view: View) -> View:
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            try:
-                throttle(scope, client_address(request))
-            except Problem as error:
-                return error.response()
-            return view(request, *args, **kwargs)
-
-        return wrapper
-
-    return decorator
 

@@ -14,18 +14,8 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from receiptsite.audit.models import AuditEntry, PrunePermit
+from receiptsite.lib.admin import ReadOnlyAdmin
 from receiptsite.receipts.models import Receipt
-
-
-class ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 def _receipt_id(text: str) -> str | None:
@@ -36,7 +26,7 @@ def _receipt_id(text: str) -> str | None:
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(ReadOnly):
+class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ["at", "tenant", "route", "status", "key_prefix", "request_id", "duration_ms"]
     list_filter = ["tenant", "status", "method", "route", "at"]
     search_fields = ["=request_id", "=key_prefix"]
@@ -73,7 +63,7 @@ class AuditEntryAdmin(ReadOnly):
 
 
 @admin.register(PrunePermit)
-class PrunePermitAdmin(ReadOnly):
+class PrunePermitAdmin(ReadOnlyAdmin):
     """The record `pruneauditlog` leaves of each run."""
 
     list_display = ["issued_at", "cutoff", "removed", "closed_at"]

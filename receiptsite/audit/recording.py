@@ -29,7 +29,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -61,33 +61,21 @@ def route_name(request: HttpRequest) -> str:
     return f"{method} /{path}"
 
 
+def touched(request: HttpRequest, receipt_ids: Iterable[str]) -> None:
+    """For a tenant route's view: the receipts this request stored, replayed or read, which
+    its audit entry names if it is answered 2xx (a receipt in the path is named without it)."""
+    request.audit_receipt_ids = [str(i) for i in receipt_ids]  # type: ignore[attr-defined]
+
+
 def receipt_ids(request: HttpRequest, response: HttpResponse) -> list[str]:
     """The receipts a successful answer stored or read: the one in the path, else those the
-    answer names (an ingest's `id`, a batch's stored and replayed items, a page of the list)."""
+    view said it touched."""
     if not 200 <= response.status_code < 300:
         return []
     match = request.resolver_match
     if match is not None and "receipt_id" in match.kwargs:
         return [str(match.kwargs["receipt_id"])]
-    if response.streaming or not response.get("Content-Type", "").startswith("application/json"):
-        return []
-    try:
-        body = json.loads(response.content)
-    except ValueError:
-        return []
-    if not isinstance(body, dict):
-        return []
-    if isinstance(body.get("id"), str):
-        return [body["id"]]
-    items = body.get("results") if "results" in body else body.get("receipts")
-    if not isinstance(items, list):
-        return []
-    return [
-        item["id"]
-        for item in items
-        if isinstance(item, dict) and isinstance(item.get("id"), str)
-        and item.get("status", 201) == 201  # a refused batch item may name another receipt
-    ]
+    return list(getattr(request, "audit_receipt_ids", []))
 
 
 def problem_type(response: HttpResponse) -> str | None:

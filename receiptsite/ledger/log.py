@@ -121,7 +121,8 @@ _SNAPSHOT = (
     f"LEFT JOIN {_HEAD} AS r ON r.tree_size = s.tree_size "
     f"LEFT JOIN {_KEY} AS k ON k.kid = %s"
 )
-# A checkpoint by a compromised key counts only when it was signed before the compromise.
+# A checkpoint by a compromised key counts only when it was signed before the compromise:
+# SigningKey.disowns, in SQL, so that the read stays one round trip.
 _DISOWNED = (
     f"k.status = '{SigningKey.COMPROMISED}' "
     "AND (k.compromised_at IS NULL OR s.signed_at >= k.compromised_at)"

@@ -33,15 +33,9 @@ class Shown:
     compromised: SigningKey | None = None
 
 
-def _when(key: SigningKey) -> str:
-    if key.compromised_at is None:
-        return "(no date recorded: since it was first used)"
-    return format_timestamp(key.compromised_at)
-
-
 def _named(key: SigningKey) -> str:
     if key.status == SigningKey.COMPROMISED:
-        return f"key {key.kid}, marked compromised as of {_when(key)}"
+        return f"key {key.kid}, marked compromised as of {key.compromised_as_of()}"
     return f"the published key {key.kid} ({key.status})"
 
 

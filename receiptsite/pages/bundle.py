@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from receiptsite.api.views import keys_json, verification_answer
 from receiptsite.integrity import tlogproof
 from receiptsite.integrity.encoding import b64decode
+from receiptsite.ledger.keys_document import keys_document_json
 from receiptsite.receipts.models import Receipt
+from receiptsite.withdrawal.withdrawals import verification_answer
 
 FORMAT = "receipt-bundle/v1"
 
@@ -37,7 +38,7 @@ def bundle_json(receipt: Receipt) -> tuple[dict[str, Any], int]:
     body = {
         "bundle": FORMAT,
         "verification": verification,
-        "keys": keys_json(),
+        "keys": keys_document_json(),
         "tlog_proof": tlog_proof(verification["log"]),
     }
     return body, status

@@ -16,7 +16,7 @@ from receiptsite.lib import memo
 from receiptsite.pages import bundle, jsonld
 from receiptsite.pages.check_commands import bundle_command, hash_commands
 from receiptsite.receipts import rowsecurity
-from receiptsite.receipts.models import Receipt, ReviewDecision, SigningKey, format_timestamp
+from receiptsite.receipts.models import Receipt, ReviewDecision, SigningKey
 
 SUBJECT_WORDS = {
     "tool": pgettext_lazy("subject", "the tool"),
@@ -122,7 +122,7 @@ def compromised_since(receipt: Receipt, checks: list[dict[str, Any]]) -> str | N
     failed = any(c["name"] == "signature" and c["result"] == "fail" for c in checks)
     if not failed or key.status != SigningKey.COMPROMISED:
         return None
-    since = format_timestamp(key.compromised_at) if key.compromised_at else _("an unknown time")
+    since = key.compromised_as_of(_("an unrecorded time"))
     for check in checks:
         if check["name"] == "signature":
             check["sentence"] = _(

@@ -17,20 +17,15 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
-from receiptsite.api.routes import (
-    View,
-    capability,
-    rate_limited,
-    receipt_not_found,
-    set_capability_headers,
-)
+from receiptsite.api.ratelimit import rate_limited
+from receiptsite.capability import View, capability, receipt_not_found, set_capability_headers
 from receiptsite.ledger.verification import verification_json
 from receiptsite.pages import bundle
 from receiptsite.pages.presentation import page_context, receipt_handoff
 from receiptsite.problems import Problem, problem
 from receiptsite.receipts.models import Receipt, ReviewDecision
-from receiptsite.receipts.services import decision_record
 from receiptsite.review.forms import DecisionForm
+from receiptsite.review.services import decision_record
 from receiptsite.withdrawal.withdrawals import Withdrawn, withdrawn
 
 

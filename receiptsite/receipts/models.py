@@ -105,6 +105,20 @@ class SigningKey(models.Model):
     def __str__(self) -> str:
         return f"{self.kid} ({self.status})"
 
+    def compromised_as_of(self, unrecorded: str = "an unrecorded time") -> str:
+        """When the key counts as compromised from, as every message says it (`unrecorded`:
+        the words for a key marked compromised with no time, which only an old release made;
+        migration 0010 dated those)."""
+        return format_timestamp(self.compromised_at) if self.compromised_at else unrecorded
+
+    def disowns(self, signed_at: datetime) -> bool:
+        """Whether what this key signed at `signed_at` counts for nothing: the key is
+        compromised, and it signed then or later (or no time was recorded). The log's read
+        of its latest checkpoint applies the same rule in SQL (ledger/log.py, _DISOWNED)."""
+        return self.status == self.COMPROMISED and (
+            self.compromised_at is None or signed_at >= self.compromised_at
+        )
+
 
 _NO_ID = uuid.UUID(int=0)
 

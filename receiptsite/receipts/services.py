@@ -1,4 +1,4 @@
-"""Writes that touch several tables. One flow for a receipt:
+"""Ingest: storing receipts, the one write path of the receipts table. One flow for a receipt:
 
 validate and normalise (document) -> resolve links -> redact and truncate (redact) ->
 canonical bytes, hash, signature (integrity) -> one transaction that stores the receipt and
@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -34,10 +33,8 @@ from receiptsite.receipts.models import (
     ApiKey,
     LogEntry,
     Receipt,
-    ReviewDecision,
     format_timestamp,
 )
-from receiptsite.review import chain as decisions
 
 
 class IdempotencyKeyReused(Exception):
@@ -277,33 +274,3 @@ def receipts_ingest(
     for offset, (receipt, _) in enumerate(batch.stored):
         _log_entry_cached(receipt, first + offset)
     return results
-
-
-def decision_record(
-    *,
-    receipt: Receipt,
-    reviewer: User,
-    conclusion: str,
-    exception_note: str = "",
-    follow_up: str = "",
-    supersedes: ReviewDecision | None = None,
-) -> ReviewDecision:
-    """Append a review decision, bound to the output hash the reviewer saw, and sign it into
-    the auditors' record (decisions.chain) in the same transaction. Raises
-    keyring.CannotSign (503) without a usable key, before anything is stored."""
-    if supersedes is not None and supersedes.receipt_id != receipt.pk:
-        raise ValueError("a decision can only supersede a decision on the same receipt")
-    with transaction.atomic():
-        decisions.lock()  # two auditors saving at once take turns: the record cannot fork
-        keyring.active_key()
-        decision = ReviewDecision.objects.create(
-            receipt=receipt,
-            reviewer=reviewer,
-            conclusion=conclusion,
-            exception_note=exception_note,
-            follow_up=follow_up,
-            output_hash=receipt.output_hash,
-            supersedes=supersedes,
-        )
-        decisions.chain(decision)
-    return decision

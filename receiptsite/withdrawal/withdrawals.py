@@ -37,6 +37,7 @@ from receiptsite_client.redaction import redact_text
 
 from receiptsite.evidence.kinds import OBJECT_MESSAGE, Enum, Errors, Field, Object, Text
 from receiptsite.integrity.encoding import b64
+from receiptsite.ledger.verification import log_part, verification_json
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import (
     ApiKey,
@@ -157,8 +158,6 @@ def answer(withdrawal: Withdrawal) -> dict[str, str]:
 def verification(receipt: Receipt, found: Withdrawn) -> dict[str, Any]:
     """The 410 answer of `GET /api/receipt/<id>/verify` for a withdrawn receipt: the kept
     leaf hash, and the log object of the verification JSON with its inclusion proof."""
-    from receiptsite.ledger.verification import log_part
-
     log_json = None
     if found.leaf_hash is not None:
         log_json, _ = log_part(receipt, b"", leaf=found.leaf_hash)
@@ -189,6 +188,14 @@ def summaries(receipts: list[Receipt]) -> list[dict[str, Any]]:
         else {}
     )
     return [summary(r, found[r.pk]) if r.pk in found else dict(r.summary()) for r in receipts]
+
+
+def verification_answer(receipt: Receipt) -> tuple[dict[str, Any], int]:
+    """What the verify route answers for a receipt (the offline bundle holds the same): the
+    verification JSON, or a withdrawn receipt's 410 answer."""
+    if (found := withdrawn(receipt)) is not None:
+        return verification(receipt, found), 410
+    return verification_json(receipt), 200
 
 
 # --- withdrawing -----------------------------------------------------------------------------

@@ -109,10 +109,10 @@ class Command(BaseCommand):
             return [f"the latest signed checkpoint ({size} leaves) is not of the stored log"]
         problems: list[str] = []
         if key.status == SigningKey.COMPROMISED:
-            if _disowned(key, latest):
+            if key.disowns(latest.signed_at):
                 problems.append(
                     f"the latest signed checkpoint is by the key {key.kid}, signed after it was "
-                    f"compromised (as of {_as_of(key)}): it proves nothing"
+                    f"compromised (as of {key.compromised_as_of()}): it proves nothing"
                 )
             else:
                 problems.append(
@@ -171,15 +171,16 @@ class Command(BaseCommand):
                 continue
             signed = SignedCheckpoint.objects.filter(signing_key=key, note=text).order_by("id")
             record = signed.first()
-            if record is not None and not _disowned(key, record):
+            if record is not None and not key.disowns(record.signed_at):
                 self.stdout.write(
                     f"{path} is signed by the compromised key {key.kid}, but this site signed "
                     f"it at {format_timestamp(record.signed_at)}, before the compromise."
                 )
                 return body, ""
             return None, (
-                f"{path} is signed by the key {key.kid}, compromised as of {_as_of(key)}, and "
-                "this site has no record of signing it before then: it proves nothing"
+                f"{path} is signed by the key {key.kid}, compromised as of "
+                f"{key.compromised_as_of()}, and this site has no record of signing it before "
+                "then: it proves nothing"
             )
         return None, f"{path} is not a checkpoint signed by one of this site's keys"
 
@@ -209,12 +210,3 @@ def check_appended_signatures() -> list[str]:
                 f"appended signature {number} rests on no checkpoint from before the compromise"
             )
     return problems
-
-
-def _disowned(key: SigningKey, signed: SignedCheckpoint) -> bool:
-    """A checkpoint by a compromised key made at or after the compromise counts for nothing."""
-    return key.compromised_at is None or signed.signed_at >= key.compromised_at
-
-
-def _as_of(key: SigningKey) -> str:
-    return format_timestamp(key.compromised_at) if key.compromised_at else "an unrecorded time"

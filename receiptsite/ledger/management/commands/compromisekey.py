@@ -72,7 +72,9 @@ class Command(BaseCommand):
         if old is None:
             raise CommandError(f"no signing key has the id {kid!r}")
         if old.status == SigningKey.COMPROMISED:
-            raise CommandError(f"the key {kid} is already marked compromised, as of {_when(old)}")
+            raise CommandError(
+                f"the key {kid} is already marked compromised, as of {old.compromised_as_of()}"
+            )
         new, new_path, pem = self.new_key(old, new_key_file)
         try:
             with transaction.atomic(durable=True):
@@ -276,7 +278,3 @@ def write_key(file: Path, pem: bytes) -> Path:
     with os.fdopen(descriptor, "wb") as out:
         out.write(pem)
     return file
-
-
-def _when(key: SigningKey) -> str:
-    return format_timestamp(key.compromised_at) if key.compromised_at else "an unrecorded time"

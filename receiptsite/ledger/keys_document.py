@@ -1,0 +1,50 @@
+"""The keys document, `/.well-known/receipt-keys.json`: every signing key the site has
+recorded, with its status, and the log's verifier keys (the offline bundle holds it too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from receiptsite.integrity import keys as ed25519
+from receiptsite.integrity import note
+from receiptsite.ledger import log
+from receiptsite.receipts.models import SigningKey, format_timestamp
+
+
+def keys_document_json() -> dict[str, Any]:
+    """The keys document (`/.well-known/receipt-keys.json`; the offline bundle holds it too)."""
+    # The keys as recorded: a read records nothing, so a key rotated in is listed once a write
+    # path (an ingest, `signcheckpoint`, `migrate`) has recorded it and signed with it.
+    origin = log.head().origin
+    listed = []
+    verifier_keys = []
+    active_vkey = None
+    for key in SigningKey.objects.order_by("created_at", "pk"):
+        public = bytes(key.public_key)
+        listed.append(
+            {
+                **ed25519.jwk(public),
+                "kid": key.kid,
+                "alg": "EdDSA",
+                "use": "sig",
+                "status": key.status,
+                "created_at": format_timestamp(key.created_at),
+                "retired_at": format_timestamp(key.retired_at) if key.retired_at else None,
+                "pem": ed25519.public_pem(public),
+                # Only a compromised key has it (SPEC, "Key compromise"): from when on
+                # nothing it signed counts.
+                **(
+                    {"compromised_at": format_timestamp(key.compromised_at)}
+                    if key.status == SigningKey.COMPROMISED and key.compromised_at
+                    else {}
+                ),
+            }
+        )
+        vkey = note.verifier_key(origin, public)
+        verifier_keys.append(vkey)
+        if key.status == SigningKey.ACTIVE:
+            active_vkey = vkey
+    return {
+        "keys": listed,
+        "log": {"origin": origin, "verifier_key": active_vkey, "verifier_keys": verifier_keys},
+    }
