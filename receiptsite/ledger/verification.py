@@ -21,7 +21,7 @@ from receiptsite.integrity.canonical import is_canonical, sha256_hex
 from receiptsite.integrity.encoding import b64
 from receiptsite.ledger import log, signatures
 from receiptsite.lib import memo
-from receiptsite.receipts.models import LogEntry, Receipt, format_timestamp
+from receiptsite.receipts.models import Receipt, format_timestamp
 
 
 class CheckResult(TypedDict):
@@ -158,9 +158,8 @@ def log_part(
 ) -> tuple[dict[str, Any] | None, CheckResult]:
     """The `log` object and the `log_inclusion` check, for the leaf of `data`, or for the
     given leaf hash (a withdrawn receipt's, whose bytes are erased: withdrawal/withdrawals.py)."""
-    try:
-        index = receipt.log_entry.index
-    except LogEntry.DoesNotExist:
+    index = receipt.log_index
+    if index is None:
         return None, {
             "name": "log_inclusion",
             "result": "fail",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.utils.translation import get_language, gettext_lazy, pgettext_lazy
 from django.utils.translation import gettext as _
 from receiptsite_client.handoff import handoff_block
@@ -140,24 +139,12 @@ def readable_document(receipt: Receipt) -> dict[str, Any]:
     return read_bytes(receipt.raw_bytes()).document or {}
 
 
-_DECISIONS = ReviewDecision._meta.db_table
-# The latest follow-up note recorded on a receipt (one indexed lookup; the ORM's compile time
-# for it cost more than running it).
-_LATEST_FOLLOW_UP = (
-    f"SELECT follow_up FROM {_DECISIONS} WHERE receipt_id = %s AND follow_up <> '' "
-    "ORDER BY reviewed_at DESC, id DESC LIMIT 1"
-)
-
-
 def follow_up_line(receipt: Receipt, *, show_follow_up: bool) -> str:
     """The hand-off's follow-up: the latest decision's note, for auditors only. Decisions are
     internal: everyone else learns only whether a follow-up exists."""
-    with connection.cursor() as cursor:
-        cursor.execute(_LATEST_FOLLOW_UP, [receipt.pk])
-        row = cursor.fetchone()
-    if row is None:
+    latest = ReviewDecision.objects.latest_follow_up(receipt.pk)
+    if latest is None:
         return "none recorded"
-    latest: str = row[0]
     return latest if show_follow_up else "recorded by the auditors (not shown publicly)"
 
 

@@ -211,6 +211,7 @@ def _new_receipt(
 def _log_entry_cached(receipt: Receipt, index: int) -> None:
     # Fill the reverse one-to-one cache so answers need no further query.
     receipt.log_entry = LogEntry(index=index, receipt=receipt)
+    receipt.__dict__["log_index"] = index
 
 
 def receipts_ingest(
