@@ -9,11 +9,14 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "receiptsite.settings")
-    if len(sys.argv) > 1 and sys.argv[1] == "quickstart":
-        # quickstart prepares its own configuration (secrets in var/) before settings load.
-        from receiptsite.quickstart import prepare_environment
+    # The embedded default's secrets, before settings load: quickstart makes them in var/,
+    # every other command finds them there (receiptsite/quickstart.py).
+    from receiptsite.quickstart import prepare_environment, use_embedded_default
 
+    if len(sys.argv) > 1 and sys.argv[1] == "quickstart":
         prepare_environment()
+    else:
+        use_embedded_default()
     from django.conf import settings
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line

@@ -26,16 +26,14 @@ bootstrap() {
   if [ ! -x .venv/bin/python ]; then
     "$(find_python)" -m venv .venv
   fi
-  # The site imports the client distribution (clients/python: the secret patterns and the
-  # hand-off block have one source), so it is installed first, from this repository; the
-  # tests also drive the client's framework adapters, so they get its extras.
-  local client="clients/python"
-  [ "$extras" = "test" ] && client="clients/python[langchain,crewai,openai-agents]"
+  # The site's own install brings the client (clients/python, a path dependency in
+  # pyproject.toml); it is then installed again, editable, so that the tests and the site run
+  # the client's working tree, not a copy of it.
   stamp=".venv/.installed-$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -c1-16)-${extras:-base}"
   if [ ! -e "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e "$client"
     .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
+    .venv/bin/python -m pip install --quiet --no-deps -e clients/python
     touch "$stamp"
   fi
 }
