@@ -1,5 +1,5 @@
 """Shared set-up for the benchmarks: a throwaway database of their own, Django configured with
-tests.settings, and small statistics helpers.
+tests.settings, the exception a wrong result raises, and small statistics helpers.
 
 The database is always the benchmark's own:
 
@@ -23,9 +23,18 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import unquote, urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+class Wrong(Exception):
+    """A result is wrong (a root, an index, a proof, an answer): the script exits 1."""
+
+
+def fail(message: str) -> NoReturn:
+    raise Wrong(message)
 
 
 def add_database_argument(parser: argparse.ArgumentParser) -> None:

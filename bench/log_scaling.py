@@ -11,9 +11,9 @@ Run from the repository root:
 Two layers are measured.
 
 (a) The pure scheme: receiptsite.integrity.merkle.MemoryTree (a dict for the node table).
-    The tree's dict is filled up to each size in bulk from the independent builder below (not
-    timed), then, after 100 untimed warm-ups each, `--memory-ops` calls each of
-    MemoryTree.append(data), merkle.inclusion_proof(i, size, tree.get) and
+    The tree's dict is filled up to each size in bulk from the independent builder of
+    bench/_fill.py (not timed), then, after 100 untimed warm-ups each, `--memory-ops` calls
+    each of MemoryTree.append(data), merkle.inclusion_proof(i, size, tree.get) and
     merkle.consistency_proof(m, size, tree.get) are timed one by one, i and m uniformly random.
     Every node MemoryTree.append stores is compared with the builder's, every proof verified.
 
@@ -21,19 +21,20 @@ Two layers are measured.
     consistency_proof() against a real database (its own SQLite temp file, or its own
     PostgreSQL database created and dropped by the script).
 
-    Filling. Appending 10^6 leaves through the ORM one at a time would take far too long, so
-    the first N leaves are written in bulk (COPY on PostgreSQL, executemany on SQLite, in
-    transactions of 20,000 leaves), in the shape log.append() writes them: one minimal Receipt
-    row per leaf (every column of the model, defaults for the optional ones; its canonical
-    bytes are a small RFC 8785 document `{"id","schema","workflow_id"}` and its signature is 64
-    zero bytes: these filler receipts are never verified), one LogEntry row (index ->
-    receipt), every complete-subtree LogNode row (key = level<<56 | index), and one Checkpoint
-    row per tree size with its correct root. The hashes come from an independent incremental
-    builder in this script (not the site's code), checked against merkle.root_from_leaves at
-    small sizes; after each fill log.head() must return the builder's size and root. So at
-    size N the log tables hold the rows a site that had stored N receipts would hold, and their
-    indexes have their real depth. On PostgreSQL the filled tables are then VACUUM ANALYZEd
-    (what autovacuum would soon do; done first so that it does not run during the timing).
+    Filling. Appending 10^6 leaves through the ORM one at a time would take far too long, so the
+    first N leaves are written in bulk by bench/_fill.py, the fill run.py uses too (COPY on
+    PostgreSQL, executemany on SQLite, in transactions of 20,000 leaves), in the shape
+    log.append() writes them: one minimal Receipt row per leaf (every column of the model,
+    defaults for the optional ones; its canonical bytes are a small RFC 8785 document
+    `{"id","schema","workflow_id"}` and its signature is 64 zero bytes: these filler receipts
+    are never verified), one LogEntry row (index -> receipt), every complete-subtree LogNode row
+    (key = level<<56 | index), and one Checkpoint row per tree size with its correct root. The
+    hashes come from an independent incremental builder (bench/_fill.py, not the site's code),
+    checked against merkle.root_from_leaves at small sizes; after each fill log.head() must
+    return the builder's size and root. So at size N the log tables hold the rows a site that
+    had stored N receipts would hold, and their indexes have their real depth. On PostgreSQL the
+    filled tables are then VACUUM ANALYZEd (what autovacuum would soon do; done first so that it
+    does not run during the timing).
     The database grows from one size to the next (10^3, then filled on to 10^4, ...); the
     operations "at N" run at tree sizes N to N + K + 10 (the appends add leaves).
 
@@ -80,90 +81,18 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
-from _common import mean, median, percentile  # noqa: E402
+from _common import Wrong, fail, mean, median, percentile  # noqa: E402
+from _fill import Builder, LogWriter, leaf_of  # noqa: E402
 
 WARMUP = 10
 FILL_CHUNK = 20_000
-_sha256 = hashlib.sha256
-
-
-class Wrong(Exception):
-    """A result (root, index, proof) is wrong: the script exits 1."""
-
-
-def fail(message: str) -> None:
-    raise Wrong(message)
-
-
-# --- an independent tree builder -------------------------------------------------------------
-
-
-class Builder:
-    """RFC 9162 tree built incrementally, independent of receiptsite.integrity.merkle:
-    levels[l][i] is the hash of the complete subtree (l, i); `stack` is the frontier (the
-    complete subtrees the current size decomposes into, left to right)."""
-
-    def __init__(self) -> None:
-        self.levels: list[list[bytes]] = [[]]
-        self.stack: list[bytes] = []
-
-    @property
-    def size(self) -> int:
-        return len(self.levels[0])
-
-    def add(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
-        """Add a leaf hash; return the complete subtrees (level, index, hash) it completes."""
-        levels, stack = self.levels, self.stack
-        level = 0
-        new = [(0, len(levels[0]), leaf)]
-        levels[0].append(leaf)
-        stack.append(leaf)
-        while not len(levels[level]) & 1:  # the node just added is a right child
-            right = stack.pop()
-            parent = _sha256(b"\x01" + stack.pop() + right).digest()
-            stack.append(parent)
-            level += 1
-            if len(levels) == level:
-                levels.append([])
-            new.append((level, len(levels[level]), parent))
-            levels[level].append(parent)
-        return new
-
-    def root(self) -> bytes:
-        stack = self.stack
-        if not stack:
-            return _sha256(b"").digest()
-        acc = stack[-1]
-        for node in reversed(stack[:-1]):
-            acc = _sha256(b"\x01" + node + acc).digest()
-        return acc
-
-    def root_at(self, size: int) -> bytes:
-        if size == 0:
-            return _sha256(b"").digest()
-        parts, start = [], 0
-        for level in range(size.bit_length() - 1, -1, -1):
-            if size >> level & 1:
-                parts.append(self.levels[level][start >> level])
-                start += 1 << level
-        acc = parts[-1]
-        for node in reversed(parts[:-1]):
-            acc = _sha256(b"\x01" + node + acc).digest()
-        return acc
-
-    def get(self, level: int, index: int) -> bytes:
-        return self.levels[level][index]
-
-
-def leaf_of(data: bytes) -> bytes:
-    return _sha256(b"\x00" + data).digest()
 
 
 # --- measurements ----------------------------------------------------------------------------
@@ -320,54 +249,34 @@ def memory_layer(sizes: list[int], ops: int, rng: random.Random) -> list[Row]:
 # --- (b) the stored log ----------------------------------------------------------------------
 
 
-class Store:
-    """Bulk writes of the log's rows, in the shape log.append() writes them."""
+class Store(LogWriter):
+    """The log's rows written in bulk (bench/_fill.py), with minimal receipts of their own."""
 
     def __init__(self) -> None:
         from django.conf import settings
-        from django.db import connection
         from django.utils import timezone
 
         from receiptsite.ledger import keyring
         from receiptsite.receipts.models import ApiKey, Receipt, Tenant
 
-        self.connection = connection
-        self.vendor = connection.vendor
+        super().__init__()
         self.tenant = Tenant.objects.create(slug="bench", name="Benchmark")
         self.api_key, _ = ApiKey.issue(self.tenant)
         self.signing_row = keyring.active_key().row
         self.origin = settings.LOG_ORIGIN
         self.now = timezone.now
         self.uuid_field = Receipt._meta.get_field("public_id")
-        self.builder = Builder()
-
-    def insert(self, model: type, columns: list[str], rows: Sequence[Sequence[Any]]) -> None:
-        table = model._meta.db_table  # type: ignore[attr-defined]
-        quote = self.connection.ops.quote_name
-        names = ", ".join(quote(c) for c in columns)
-        with self.connection.cursor() as cursor:
-            if self.vendor == "postgresql":
-                with cursor.cursor.copy(f"COPY {quote(table)} ({names}) FROM STDIN") as copy:
-                    for row in rows:
-                        copy.write_row(row)
-            else:
-                marks = ", ".join(["%s"] * len(columns))
-                cursor.executemany(f"INSERT INTO {quote(table)} ({names}) VALUES ({marks})", rows)
 
     def fill(self, target: int) -> float:
         """Write receipts, log entries, nodes and checkpoints for leaves size..target-1."""
-        from django.core.management.color import no_style
-        from django.db import transaction
         from django.db.models import BinaryField, Max
 
-        from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt
+        from receiptsite.receipts.models import Receipt
 
         start = time.perf_counter()
         builder = self.builder
         next_id = (Receipt.objects.aggregate(top=Max("id"))["top"] or 0) + 1
-        # Every concrete column of Receipt, so that a column added later is filled with its
-        # default; the per-row ones are set below.
-        fields = list(Receipt._meta.concrete_fields)
+        fields = self.receipt_fields
         per_row = {"id", "public_id", "request_hash", "canonical_bytes", "output_hash"}
         while builder.size < target:
             stop = min(target, builder.size + FILL_CHUNK)
@@ -382,6 +291,7 @@ class Store:
                 signature=bytes(64),
                 signing_key=self.signing_row,
             )
+            # The columns every row of the chunk shares, filled by the model (defaults included).
             constant = {
                 f.attname: bytes(getattr(template, f.attname))
                 if isinstance(f, BinaryField)
@@ -390,14 +300,14 @@ class Store:
                 if f.attname not in per_row
             }
             created_at = constant["recorded_at"]
-            receipts, entries, nodes, checkpoints = [], [], [], []
-            for index in range(builder.size, stop):
+            receipts, leaves = [], []
+            for _ in range(builder.size, stop):
                 public_id = uuid.uuid4()
                 data = (
                     b'{"id":"%s","schema":"receipt/v1","workflow_id":"bench-fill"}'
                     % str(public_id).encode()
                 )
-                digest = _sha256(data).hexdigest()
+                digest = hashlib.sha256(data).hexdigest()
                 values = {
                     **constant,
                     "id": next_id,
@@ -407,26 +317,10 @@ class Store:
                     "output_hash": digest,
                 }
                 receipts.append(tuple(values[f.attname] for f in fields))
-                entries.append((index, next_id))
+                leaves.append((next_id, leaf_of(data), created_at))
                 next_id += 1
-                for level, i, node in builder.add(leaf_of(data)):
-                    nodes.append((LogNode.node_key(level, i), node))
-                checkpoints.append((index + 1, builder.root(), self.origin, created_at))
-            with transaction.atomic():
-                self.insert(Receipt, [str(f.column) for f in fields], receipts)
-                self.insert(LogEntry, ["index", "receipt_id"], entries)
-                self.insert(LogNode, ["key", "hash"], nodes)
-                self.insert(
-                    Checkpoint, ["tree_size", "root_hash", "origin", "created_at"], checkpoints
-                )
-        with self.connection.cursor() as cursor:
-            for sql in self.connection.ops.sequence_reset_sql(no_style(), [Receipt]):
-                cursor.execute(sql)
-            if self.vendor == "postgresql":
-                # What autovacuum would soon do anyway; done now so that it does not run
-                # during the measurement.
-                for model in (Receipt, LogEntry, LogNode, Checkpoint):
-                    cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
+            self.write(receipts, leaves, self.origin)
+        self.finish()
         return time.perf_counter() - start
 
     def database_bytes(self) -> int:

@@ -1,13 +1,10 @@
 -- GET requests for bench/run.py: each request takes a random line of the file BENCH_PATHS (one
 -- path with its query string per line); BENCH_API_KEY, when set, is sent as a bearer key.
--- Every answer outside 2xx is counted; done() prints one JSON line that run.py reads.
+-- Counting and the result line are report.lua's, beside this file.
 
-local threads = {}
-
-function setup(thread)
-  table.insert(threads, thread)
-  thread:set("tid", #threads)
-end
+-- wrk loads a script by the path it was given, not from the script's folder: find report.lua
+-- from this file's own path.
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "report.lua")
 
 function init(args)
   paths = {}
@@ -19,33 +16,8 @@ function init(args)
   headers = {}
   if key and #key > 0 then headers["Authorization"] = "Bearer " .. key end
   math.randomseed(os.time() * 97 + tid)
-  bad = 0
-  first_bad = ""
 end
 
 function request()
   return wrk.format("GET", paths[math.random(#paths)], headers)
-end
-
-function response(status, headers, body)
-  if status < 200 or status > 299 then
-    bad = bad + 1
-    if first_bad == "" then first_bad = tostring(status) end
-  end
-end
-
-function done(summary, latency, requests)
-  local total, example = 0, ""
-  for _, thread in ipairs(threads) do
-    total = total + thread:get("bad")
-    if example == "" then example = thread:get("first_bad") end
-  end
-  local errors = summary.errors
-  io.write(string.format(
-    'BENCH_RESULT {"requests": %d, "duration_us": %d, "bytes": %d, "non2xx": %d, ' ..
-    '"first_non2xx": "%s", "connect": %d, "read": %d, "write": %d, "timeout": %d, ' ..
-    '"p50_us": %d, "p99_us": %d, "mean_us": %.1f, "max_us": %d}\n',
-    summary.requests, summary.duration, summary.bytes, total, example, errors.connect,
-    errors.read, errors.write, errors.timeout, latency:percentile(50), latency:percentile(99),
-    latency.mean, latency.max))
 end

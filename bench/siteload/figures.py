@@ -1,0 +1,119 @@
+"""The figures of bench/run.py: one route's measurement and how the run prints them.
+
+- `Measure`: what wrk and the run counted for one route (requests, receipts stored, p50 and
+  p99 latency, answers outside 2xx, socket errors, the workers' peak RSS, the load average);
+- `HEADER` and `format_row()`: the table's columns, with each figure's ratio to the raw WSGI
+  baseline of the same run;
+- `print_results()`, `print_targets()` and `print_scaling()`: the tables at the largest size,
+  each target marked holds or MISSED (a missed target is a figure, not an error), and with
+  several sizes each read's latency at the largest as a ratio to the smallest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import _common
+
+
+@dataclass
+class Measure:
+    route: str
+    requests: int = 0
+    seconds: float = 0.0
+    receipts_per_request: int = 0  # ingest routes: receipts per request
+    stored: int = 0  # ingest routes: receipts the log grew by during the timed run
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    non2xx: int = 0
+    first_non2xx: str = ""
+    socket_errors: int = 0
+    rss_mib: float = 0.0  # the largest VmHWM of a worker
+    workers_seen: int = 0
+    load: float = 0.0  # 1-minute load average after the run
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
+    def receipts_per_second(self) -> float:
+        # Counted in the database, not from wrk's completed requests: a batch still being
+        # stored when the run ends has stored most of its receipts.
+        return self.stored / self.seconds if self.seconds else 0.0
+
+
+HEADER = (
+    f"{'route':<24} {'req/s':>9} {'rcpt/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non2xx':>6} "
+    f"{'sockerr':>7} {'RSS MiB':>7} {'wk':>3} {'load':>5} | x raw: {'req/s':>6} {'p50':>6} "
+    f"{'p99':>6} {'RSS':>6}"
+)
+
+
+def format_row(m: Measure, raw: Measure | None) -> str:
+    receipts = f"{m.receipts_per_second:9,.0f}" if m.receipts_per_request else f"{'-':>9}"
+    line = (
+        f"{m.route:<24} {m.rps:9,.1f} {receipts} {m.p50_ms:8.2f} {m.p99_ms:8.2f} {m.non2xx:>6} "
+        f"{m.socket_errors:>7} {m.rss_mib:7.1f} {m.workers_seen:>3} {m.load:5.1f}"
+    )
+    if raw is not None:
+        ratios = ((m.rps, raw.rps), (m.p50_ms, raw.p50_ms), (m.p99_ms, raw.p99_ms),
+                  (m.rss_mib, raw.rss_mib))  # fmt: skip
+        line += " |        " + " ".join(f"{_common.ratio(a, b):>6}" for a, b in ratios)
+    return line
+
+
+def verdict(holds: bool, *measures: Measure) -> str:
+    """holds or MISSED; no verdict from a run in which no request completed."""
+    empty = [m.route for m in measures if not (m.requests or m.stored)]
+    if empty:
+        return f"no verdict: nothing of {', '.join(empty)} completed (a longer --duration)"
+    return "holds" if holds else "MISSED"
+
+
+def print_targets(results: dict[str, Measure], reads: list[str]) -> None:
+    raw = results["raw WSGI baseline"]
+    print("\ntargets (16 connections unless told otherwise):")
+    for route, share in (("verify", 0.25), ("page", 0.25), ("ingest single", 0.12)):
+        m = results[route]
+        print(
+            f"  {route:<17} req/s >= {share:.2f} x raw: {m.rps:,.1f} vs {share * raw.rps:,.1f} "
+            f"({_common.ratio(m.rps, raw.rps)}): {verdict(m.rps >= share * raw.rps, m, raw)}"
+        )
+    single, batch = results["ingest single"], results["ingest batch"]
+    print(
+        f"  ingest batch      receipts/s >= 20 x single: {batch.receipts_per_second:,.0f} vs "
+        f"{20 * single.receipts_per_second:,.0f} "
+        f"({_common.ratio(batch.receipts_per_second, single.receipts_per_second)}): "
+        f"{verdict(batch.receipts_per_second >= 20 * single.receipts_per_second, batch, single)}"
+    )
+    for route in reads:
+        m = results[route]
+        print(f"  {route:<17} p99 < 50 ms: {m.p99_ms:.2f} ms: {verdict(m.p99_ms < 50, m)}")
+
+
+def print_results(results: dict[str, Measure], largest: int) -> None:
+    raw = results["raw WSGI baseline"]
+    print(f"\nresults at {largest:,} receipts (ratios to the raw baseline of this run):")
+    print(HEADER)
+    for m in results.values():
+        print(format_row(m, raw))
+
+
+def print_scaling(by_size: dict[int, dict[str, Measure]]) -> None:
+    """Each read's p50 at every size, and at the largest as a ratio to the smallest."""
+    sizes = sorted(by_size)
+    smallest, largest = sizes[0], sizes[-1]
+    print(f"\nscaling: latency at {largest:,} as a ratio to {smallest:,} receipts "
+          "(target: p50 within x1.25)")  # fmt: skip
+    print(f"  {'route':<22} " + " ".join(f"{f'p50 @{s:,}':>13}" for s in sizes)
+          + f" {'p50 ratio':>9} {'p99 ratio':>9}")  # fmt: skip
+    for route in by_size[smallest]:
+        first, final = by_size[smallest][route], by_size[largest][route]
+        ratio = final.p50_ms / first.p50_ms if first.p50_ms else float("inf")
+        print(
+            f"  {route:<22} "
+            + " ".join(f"{by_size[s][route].p50_ms:13.2f}" for s in sizes)
+            + f" {ratio:>9.2f} {_common.ratio(final.p99_ms, first.p99_ms):>9} "
+            f"{verdict(ratio <= 1.25, first, final)}"
+        )
