@@ -18,6 +18,7 @@ from django.test import Client
 from receiptsite.ledger import keyring
 from receiptsite.receipts.models import ApiKey, Receipt, Tenant
 from tests.examples import EXAMPLE_BODY
+from tests.livesite import end_run, start_run
 
 SITE = "https://receipts.example.org"
 
@@ -173,3 +174,11 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    start_run(config)  # the folder the run's processes share (tests/livesite.py)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    end_run(config)

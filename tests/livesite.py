@@ -9,27 +9,38 @@ suite runs on PostgreSQL (DATABASE_URL=postgres://...), a database `receiptsite_
 created on that server and dropped WITH (FORCE) afterwards. Another server may be given
 (`server_url=`), e.g. a throwaway cluster that a test stops and starts.
 
-The site is set up as an operator would: `manage.py migrate`, `createtenant`, `createapikey`
-(its key is the last line of the output), then gunicorn; the live tests therefore never use
-pytest-django's database fixtures. HTTP goes through the standard library, with a timeout on
-every call.
+The site is set up as an operator would: a migrated database, `signcheckpoint` (what `migrate`
+does after its migrations: record the site's signing key and sign the empty tree),
+`createtenant`, `createapikey` (its key is the last line of the output), then gunicorn; the
+live tests therefore never use pytest-django's database fixtures. The migrations run once per
+test run and server, into a template (`manage.py migrate` with no signing key, so it holds no
+key and no checkpoint): each site's database is a copy of it (SQLite's backup of the file;
+PostgreSQL's CREATE DATABASE ... TEMPLATE), and the three commands run in one process. A site
+that must migrate for itself (`migrate=True`, another server, or a DATABASE_SITE_ROLE to
+grant) runs `manage.py migrate`. What one run's processes share (the templates, the collected
+static files) lives in the folder RECEIPTSITE_TEST_RUN names, which tests/conftest.py makes
+and removes. HTTP goes through the standard library, with a timeout on every call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
@@ -146,16 +157,121 @@ class Response:
         return f"<Response {self.status} {self.content_type} {body!r}>"
 
 
-_static_collected: list[bool] = []
+# --- what one test run's processes share (pytest-xdist's workers included) --------------------
+
+RUN_FOLDER = "RECEIPTSITE_TEST_RUN"
+_OWN_RUN = "_receiptsite_own_run"  # on the pytest config of the process that made the folder
+
+
+def start_run(config: Any) -> None:
+    """pytest_configure of both suites' conftest.py: make the run's folder in the process
+    that starts the run, before pytest-xdist's workers start (they inherit it)."""
+    if hasattr(config, "workerinput") or os.environ.get(RUN_FOLDER):
+        return
+    os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="receiptsite-run-")
+    setattr(config, _OWN_RUN, os.environ[RUN_FOLDER])
+
+
+def end_run(config: Any) -> None:
+    """pytest_unconfigure: in the process that made it, drop the run's templates and remove
+    its folder, once the workers are done."""
+    folder = getattr(config, _OWN_RUN, None)
+    if folder is None:
+        return
+    drop_templates()
+    shutil.rmtree(folder, ignore_errors=True)
+    os.environ.pop(RUN_FOLDER, None)
+    delattr(config, _OWN_RUN)
+
+
+def run_folder() -> Path:
+    """The folder of this test run's shared state (made by tests/conftest.py; made here for a
+    process that uses LiveSite without it, e.g. a script)."""
+    folder = os.environ.get(RUN_FOLDER)
+    if not folder:
+        folder = os.environ[RUN_FOLDER] = tempfile.mkdtemp(prefix="receiptsite-run-")
+    return Path(folder)
+
+
+@contextlib.contextmanager
+def run_lock(name: str) -> Iterator[None]:
+    """One process of the run at a time (a lock file in the run's folder)."""
+    with open(run_folder() / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def collect_static_once(site: LiveSite) -> None:
     """The site runs with DEBUG off, so WhiteNoise serves the collected, hashed files (a page
-    is a 500 without their manifest): collected once per test process, before the first site
-    serves, whichever test starts it."""
-    if not _static_collected:
-        site.manage("collectstatic", "--noinput", "-v", "0")
-        _static_collected.append(True)
+    is a 500 without their manifest): collected once per test run, before the first site
+    serves, whichever process starts it."""
+    done = run_folder() / "static-collected"
+    with run_lock("static"):
+        if not done.exists():
+            site.manage("collectstatic", "--noinput", "-v", "0")
+            done.touch()
+
+
+TEMPLATES = "templates.json"  # PostgreSQL templates made this run: (server url, name) pairs
+
+
+def template_database(server: str | None) -> str:
+    """The run's migrated template for `server` (None: SQLite): a file path, or a database
+    name on that server. Made by the first process that asks, under the run's lock."""
+    tag = "sqlite" if server is None else hashlib.sha256(server.encode()).hexdigest()[:12]
+    with run_lock(f"template-{tag}"):
+        done = run_folder() / f"template-{tag}"
+        if done.exists():
+            return done.read_text()
+        if server is None:
+            name = str(run_folder() / "template.sqlite3")
+            url = f"sqlite:///{name}"
+        else:
+            name = f"receiptsite_template_{secrets.token_hex(6)}"
+            with _admin_connect(server) as admin:
+                admin.execute(f'CREATE DATABASE "{name}"')
+            made = run_folder() / TEMPLATES
+            known = json.loads(made.read_text()) if made.exists() else []
+            made.write_text(json.dumps([*known, [server, name]]))
+            url = with_database(server, name)
+        env = {
+            **{k: v for k, v in os.environ.items() if k not in SITE_VARIABLES},
+            "DJANGO_SETTINGS_MODULE": "receiptsite.settings",
+            "DATABASE_URL": url,
+            "SECRET_KEY": secrets.token_urlsafe(40),
+            # No signing key: the template holds no key and no checkpoint; each site's own
+            # key signs its empty tree (`signcheckpoint`), as its `migrate` would have.
+            "DEBUG": "true",
+            "LOG_STATE_FILE": str(run_folder() / f"template-{tag}-log-state.json"),
+            "VAR_DIR": str(run_folder() / "var"),
+        }
+        _run_manage(env, "migrate", "--noinput", "-v", "0")
+        done.write_text(name)
+        return name
+
+
+def drop_templates() -> None:
+    """Drop the PostgreSQL templates this run made (tests/conftest.py, at the run's end)."""
+    made = run_folder() / TEMPLATES
+    for server, name in json.loads(made.read_text()) if made.exists() else []:
+        with contextlib.suppress(Exception), _admin_connect(server) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _run_manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [str(PYTHON), "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        timeout=COMMAND_TIMEOUT,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"manage.py {' '.join(args)} failed ({done.returncode}):\n"
+            f"{done.stdout.decode(errors='replace')}\n{done.stderr.decode(errors='replace')}"
+        )
+    return done.stdout.decode()
 
 
 @dataclass
@@ -167,6 +283,7 @@ class LiveSite:
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the site
     tenant: str = "acme"
     tenant_name: str = "Acme Corp"
+    migrate: bool = False  # run `manage.py migrate` rather than copy the run's template
 
     port: int = 0
     url: str = ""
@@ -175,6 +292,7 @@ class LiveSite:
     database_url: str = ""
     _process: subprocess.Popen[bytes] | None = None
     _dropdb: tuple[str, str] | None = None  # (server url, database name) to drop at the end
+    _template: str | None = None  # the run's template this site's database copies
 
     # --- life cycle --------------------------------------------------------------------------
 
@@ -219,34 +337,29 @@ class LiveSite:
             "PYTHONUNBUFFERED": "1",
             **self.env,
         }
-        self.manage("migrate", "--noinput")
+        if self._template is None:
+            self.manage("migrate", "--noinput")
+            self.api_key = self.add_tenant(self.tenant, self.tenant_name)
+        else:
+            # What `migrate` does after its migrations, then the tenant and its key: one
+            # process (each manage.py start costs about a second of CPU).
+            output = self.manage("shell", "-c", (
+                "from django.core.management import call_command as c; "
+                f"c('signcheckpoint'); c('createtenant', {self.tenant!r}, '--name', "
+                f"{self.tenant_name!r}); c('createapikey', {self.tenant!r})"
+            ))
+            self.api_key = _last_line(output)
         collect_static_once(self)
-        self.api_key = self.add_tenant(self.tenant, self.tenant_name)
         self._serve()
 
     def add_tenant(self, slug: str, name: str) -> str:
         """Create a tenant and one API key for it; return the key."""
         self.manage("createtenant", slug, "--name", name)
-        output = self.manage("createapikey", slug)
-        lines = [line.strip() for line in output.splitlines() if line.strip()]
-        assert lines, "createapikey printed nothing"
-        return lines[-1]
+        return _last_line(self.manage("createapikey", slug))
 
     def manage(self, *args: str) -> str:
         """Run a manage.py command against this site's database; its stdout."""
-        done = subprocess.run(
-            [str(PYTHON), "manage.py", *args],
-            cwd=REPO,
-            env=self.base_env,
-            capture_output=True,
-            timeout=COMMAND_TIMEOUT,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"manage.py {' '.join(args)} failed ({done.returncode}):\n"
-                f"{done.stdout.decode(errors='replace')}\n{done.stderr.decode(errors='replace')}"
-            )
-        return done.stdout.decode()
+        return _run_manage(self.base_env, *args)
 
     def _serve(self) -> None:
         env = {
@@ -318,14 +431,23 @@ class LiveSite:
 
     def _create_database(self) -> None:
         server = self.server_url or suite_database_url()
-        if server and is_postgres(server):
+        postgres = bool(server) and is_postgres(server)
+        own = self.migrate or self.server_url is not None or "DATABASE_SITE_ROLE" in self.env
+        self._template = None if own else template_database(server if postgres else None)
+        if postgres:
             name = f"receiptsite_live_{secrets.token_hex(6)}"
+            template = f' TEMPLATE "{self._template}"' if self._template else ""
             with _admin_connect(server) as admin:
-                admin.execute(f'CREATE DATABASE "{name}"')
+                _create_with_retry(admin, f'CREATE DATABASE "{name}"{template}')
             self._dropdb = (server, name)
             self.database_url = with_database(server, name)
         else:
-            self.database_url = f"sqlite:///{self.tmp / 'db.sqlite3'}"
+            path = self.tmp / "db.sqlite3"
+            if self._template is not None:
+                with contextlib.closing(sqlite3.connect(self._template)) as source, \
+                        contextlib.closing(sqlite3.connect(path)) as copy:
+                    source.backup(copy)
+            self.database_url = f"sqlite:///{path}"
 
     def _drop_database(self) -> None:
         target, self._dropdb = self._dropdb, None
@@ -394,3 +516,25 @@ class LiveSite:
     def post(self, path: str, body: Any, **options: Any) -> Response:
         options.setdefault("key", self.api_key)
         return self.request("POST", path, body, **options)
+
+
+def _last_line(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    assert lines, "the command printed nothing"
+    return lines[-1]
+
+
+def _create_with_retry(admin: Any, statement: str) -> None:
+    """CREATE DATABASE ... TEMPLATE is refused while another session copies the same
+    template ("source database ... is being accessed by other users"): try again briefly."""
+    import psycopg
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            admin.execute(statement)
+            return
+        except psycopg.errors.ObjectInUse:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -47,7 +47,15 @@ SUBJECT_TYPES = "must be one of tool, task, chain, agent_run, model, external"
 UUID_A = "f5245d22-e650-49ae-8876-f1a335f309bc"
 UUID_B = "0b7c2f0e-3c1d-4e5f-9a8b-7c6d5e4f3a2b"
 
-ABSENT = object()
+class _Absent:
+    """A field left out; named alike in every process, so that test ids are stable (pytest-
+    xdist's workers must collect the same ids)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
 
 
 END_BOUNDARY = (

@@ -4,7 +4,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from receiptsite.integrity.encoding import b64, b64decode
-from receiptsite.integrity.keys import generate_private_key_pem, load_private_key_pem, public_raw
+from receiptsite.integrity.keys import public_raw
 from receiptsite.integrity.merkle import EMPTY_ROOT
 from receiptsite.integrity.note import (
     checkpoint_body,
@@ -17,8 +17,9 @@ from receiptsite.integrity.note import (
 )
 
 ORIGIN = "log.example/receipts"
-KEY = load_private_key_pem(generate_private_key_pem())
-OTHER = load_private_key_pem(generate_private_key_pem())
+# Fixed keys: test ids name them, and every pytest-xdist worker must collect the same ids.
+KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+OTHER = Ed25519PrivateKey.from_private_bytes(bytes(range(32, 64)))
 VKEY = verifier_key(ORIGIN, public_raw(KEY))
 BODY = checkpoint_body(ORIGIN, 42, bytes(range(32)))
 NOTE = sign_note(BODY, ORIGIN, KEY)
