@@ -41,13 +41,14 @@ from django.utils import timezone
 from receiptsite.integrity import keys
 from receiptsite.integrity.canonical import canonical_bytes, is_canonical
 from receiptsite.ledger import keyring
+from receiptsite.receipts import guards_v1
 from receiptsite.receipts.models import DecisionLink, Receipt, ReviewDecision, SigningKey
+from receiptsite.review import chain as decisions
 from receiptsite.review.services import decision_record
 from tests.conftest import Producer, example_body
 from tests.livesite import PYTHON, REPO, LiveSite, is_postgres, suite_database_url
 
 migration = importlib.import_module("receiptsite.receipts.migrations.0011_decision_chain")
-immutability = importlib.import_module("receiptsite.receipts.migrations.0002_immutability")
 
 GUARDED = ("receipts_reviewdecision", "receipts_decisionlink")
 
@@ -404,6 +405,25 @@ def test_the_migration_chains_the_decisions_it_finds(receipt: Receipt, auditor: 
     check_passes()
 
 
+def test_the_migration_writes_the_document_the_site_writes(
+    three: list[ReviewDecision], settings: Any
+) -> None:
+    # 0011 freezes review-decision/v1 as review/chain.py built it: for the same decision and
+    # the same place in the chain, the same bytes, the same hash and the same key id.
+    lookups = [lookup for _, lookup in migration.DECISION_FIELDS]
+    links = list(DecisionLink.objects.select_related("signing_key").order_by("position"))
+    assert [link.decision_id for link in links] == [d.pk for d in three]
+    assert links[0].previous_hash == migration.GENESIS
+    for link in links:
+        row = ReviewDecision.objects.filter(pk=link.decision_id).values(*lookups).get()
+        chain = {name: getattr(link, name) for name in migration.CHAIN_FIELDS}
+        data = migration.canonical_bytes(migration.document(row, chain))
+        assert data == canonical_bytes(decisions.document(row, chain)) == link.canonical_bytes
+        assert hashlib.sha256(data).hexdigest() == link.decision_hash
+    public = keys.public_raw(settings.SIGNING_KEY)
+    assert migration.kid(public) == keys.jwk_thumbprint(public) == links[0].signing_key.kid
+
+
 def test_the_migration_refuses_to_chain_without_a_key(
     receipt: Receipt, auditor: User, settings: Any
 ) -> None:
@@ -515,7 +535,7 @@ def tamper(site: LiveSite, *statements: str) -> None:
             for statement in statements:
                 db.execute(statement)
             for table in GUARDED:
-                for trigger in immutability.sqlite_triggers(table):
+                for trigger in guards_v1.sqlite_triggers(table):
                     db.execute(trigger)
         db.close()
     else:

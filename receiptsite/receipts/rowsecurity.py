@@ -47,7 +47,8 @@ a transaction (BEGIN IMMEDIATE would take the write lock for nothing).
 SCOPED is the one list: adding a tenant-scoped table is one line there (its name, its tenant
 column, and the public id column if receipts of it are read by id), and the next `migrate`
 installs its policies (post_migrate re-applies the list, so a table created after 0008 is
-covered too).
+covered too). The policies' SQL is receipts/guards_v1.py's, the one that migration 0008
+installed them with.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -66,16 +66,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
-
-@dataclass(frozen=True)
-class Scoped:
-    """A tenant-scoped table: its name, its tenant column, and the column of the public id a
-    public route reads one row by (None: no public reads)."""
-
-    table: str
-    tenant_column: str
-    public_column: str | None = None
-
+from receiptsite.receipts import guards_v1
+from receiptsite.receipts.guards_v1 import AUDITOR, PUBLIC, TENANT, Scoped
 
 SCOPED: list[Scoped] = [
     Scoped("receipts_receipt", "tenant_id", public_column="public_id"),
@@ -84,104 +76,25 @@ SCOPED: list[Scoped] = [
     Scoped("receipts_withdrawal", "tenant_id", public_column="receipt_public_id"),
 ]
 
-TENANT = "app.tenant_id"
-PUBLIC = "app.receipt_ids"
-AUDITOR = "app.auditor"
-
-POLICIES = ("receiptsite_tenant", "receiptsite_public", "receiptsite_auditor")
-
 # The append-only tables are those the immutability trigger guards (migrations 0002): the
 # database says which, so the grants follow every table that gets the trigger.
-_APPEND_ONLY = """
+_APPEND_ONLY = f"""
 SELECT DISTINCT c.relname FROM pg_trigger t
 JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid
-WHERE p.proname = 'receiptsite_refuse_change' AND NOT t.tgisinternal
-"""
-_TABLES = """
-SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind IN ('r', 'p') AND n.nspname = 'public'
+WHERE p.proname = '{guards_v1.REFUSE_CHANGE}' AND NOT t.tgisinternal
 """
 READ_ONLY_TABLES = ("django_migrations",)
-# Erases a withdrawn receipt's content (withdrawal/withdrawals.py), as the tables' owner.
+# Erases a withdrawn receipt's content (withdrawal/withdrawals.py), as the tables' owner: the
+# function migration 0009 installs.
 ERASE_FUNCTION = "receiptsite_erase_withdrawn(bigint)"
 # Written by commands run as the owner, never by the site: the permit to prune the audit log.
 OWNER_ONLY_TABLES = ("audit_prunepermit",)
 
 
-def _setting(name: str) -> str:
-    # Unset, and after a SET LOCAL ended, a custom setting reads NULL or '': both match nothing.
-    return f"nullif(current_setting('{name}', true), '')"
-
-
-def policies(scoped: Scoped) -> list[str]:
-    """The statements that (re)install the policies of one table."""
-    table = scoped.table
-    tenant = f"{scoped.tenant_column} = {_setting(TENANT)}::bigint"
-    statements = [f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY"]
-    statements += [f"DROP POLICY IF EXISTS {name} ON {table}" for name in POLICIES]
-    statements += [
-        f"CREATE POLICY receiptsite_tenant ON {table} USING ({tenant}) WITH CHECK ({tenant})",
-        f"CREATE POLICY receiptsite_auditor ON {table} FOR SELECT "
-        f"USING (current_setting('{AUDITOR}', true) = 'on')",
-    ]
-    if scoped.public_column:
-        statements.append(
-            f"CREATE POLICY receiptsite_public ON {table} FOR SELECT USING "
-            f"({scoped.public_column} = ANY (string_to_array({_setting(PUBLIC)}, ',')::uuid[]))"
-        )
-    return statements
-
-
-def _tables(db: BaseDatabaseWrapper) -> set[str]:
-    with db.cursor() as cursor:
-        cursor.execute(_TABLES)
-        return {name for (name,) in cursor.fetchall()}
-
-
-_INSTALLED = """
-SELECT c.relname, c.relrowsecurity, coalesce(array_agg(p.polname) FILTER (WHERE p.polname IS
-NOT NULL), '{}') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-LEFT JOIN pg_policy p ON p.polrelid = c.oid
-WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') GROUP BY c.relname, c.relrowsecurity
-"""
-
-
-def _expected(scoped: Scoped) -> set[str]:
-    names = set(POLICIES)
-    return names if scoped.public_column else names - {"receiptsite_public"}
-
-
 def install(db: BaseDatabaseWrapper) -> None:
     """Install the policies of every listed table that exists and lacks them (PostgreSQL;
-    nothing elsewhere). A table whose policies are in place is left alone: no DDL, which a
-    transaction with pending deferred checks (a test's) would refuse."""
-    if db.vendor != "postgresql":
-        return
-    with db.cursor() as cursor:
-        cursor.execute(_INSTALLED)
-        installed = {name: (enabled, set(names)) for name, enabled, names in cursor.fetchall()}
-    missing = [
-        scoped for scoped in SCOPED
-        if scoped.table in installed and installed[scoped.table] != (True, _expected(scoped))
-    ]
-    if not missing:
-        return
-    with transaction.atomic(using=db.alias), db.cursor() as cursor:
-        for scoped in missing:
-            for statement in policies(scoped):
-                cursor.execute(statement)
-
-
-def remove(db: BaseDatabaseWrapper) -> None:
-    if db.vendor != "postgresql":
-        return
-    existing = _tables(db)
-    with transaction.atomic(using=db.alias), db.cursor() as cursor:
-        for scoped in SCOPED:
-            if scoped.table in existing:
-                for name in POLICIES:
-                    cursor.execute(f"DROP POLICY IF EXISTS {name} ON {scoped.table}")
-                cursor.execute(f"ALTER TABLE {scoped.table} DISABLE ROW LEVEL SECURITY")
+    nothing elsewhere)."""
+    guards_v1.install_policies(db, SCOPED)
 
 
 def grants(db: BaseDatabaseWrapper, role: str) -> list[str]:
@@ -195,7 +108,7 @@ def grants(db: BaseDatabaseWrapper, role: str) -> list[str]:
         f"GRANT USAGE ON SCHEMA public TO {role}",
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}",
     ]
-    for table in sorted(_tables(db) - set(OWNER_ONLY_TABLES)):
+    for table in sorted(guards_v1.tables(db) - set(OWNER_ONLY_TABLES)):
         if table in append_only:
             privileges = "SELECT, INSERT"
         elif table in READ_ONLY_TABLES:
@@ -294,7 +207,7 @@ def reveal(receipt_ids: Iterable[str]) -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT set_config(%s, concat_ws(',', {_setting(PUBLIC)}, %s), false)",
+            f"SELECT set_config(%s, concat_ws(',', {guards_v1.setting(PUBLIC)}, %s), false)",
             [PUBLIC, ",".join(ids)],
         )
 

@@ -3,10 +3,11 @@
 Decisions are internal, so their record is kept apart from the public receipt log: a hash
 chain (models.DecisionLink), one link per decision, in the order decisions were recorded.
 
-- A decision's signed document is the RFC 8785 canonical form of `document()`: the decision's
-  fields, and the id and hash of the decision before it (`GENESIS` for the first). Its hash is
-  `sha256(bytes)` in lowercase hex, its signature Ed25519 over the bytes by the site's active
-  key. The link stores the bytes, the hash, the signature and the key.
+- A decision's signed document is the RFC 8785 canonical form of `document()`
+  (review/decision_v1.py, frozen): the decision's fields, and the id and hash of the decision
+  before it (`GENESIS` for the first). Its hash is `sha256(bytes)` in lowercase hex, its
+  signature Ed25519 over the bytes by the site's active key. The link stores the bytes, the
+  hash, the signature and the key.
 - `chain()` appends a decision in the transaction that stores it, under a lock (PostgreSQL:
   an advisory lock; SQLite: the write lock BEGIN IMMEDIATE holds), and the link's unique
   position and unique predecessor make a fork impossible even without it.
@@ -28,7 +29,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -41,46 +41,17 @@ from receiptsite.receipts.models import (
     DecisionLink,
     ReviewDecision,
     SigningKey,
-    format_timestamp,
+)
+from receiptsite.review.decision_v1 import (
+    CHAIN_FIELDS,
+    DECISION_FIELDS,
+    GENESIS,
+    document,
+    json_value,
 )
 
-FORMAT = "review-decision/v1"
-# The predecessor hash of the first decision.
-GENESIS = "0" * 64
 # Any fixed number: the PostgreSQL advisory lock that serialises appends to the record.
 CHAIN_LOCK = 0x6465636973696F6E
-
-# The decision's own fields in its signed document, as (document key, ORM lookup); then the
-# chain's. One list: the document, the check and the CSV export read it.
-DECISION_FIELDS = [
-    ("decision_id", "id"),
-    ("receipt_id", "receipt__public_id"),
-    ("reviewer_id", "reviewer_id"),
-    ("reviewed_at", "reviewed_at"),
-    ("conclusion", "conclusion"),
-    ("exception_note", "exception_note"),
-    ("follow_up", "follow_up"),
-    ("output_hash", "output_hash"),
-    ("supersedes", "supersedes_id"),
-]
-CHAIN_FIELDS = ["previous_decision_id", "previous_hash", "chained_at", "chained_by"]
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return format_timestamp(value)
-    if value is None or isinstance(value, (int, str)):
-        return value
-    return str(value)  # a UUID
-
-
-def document(decision: dict[str, Any], chain: dict[str, Any]) -> dict[str, Any]:
-    """The signed document of a decision: `decision` maps the ORM lookups of DECISION_FIELDS
-    to values, `chain` the CHAIN_FIELDS. Pure: migration 0011 builds documents with it too."""
-    doc: dict[str, Any] = {"format": FORMAT}
-    doc.update({key: _json_value(decision[lookup]) for key, lookup in DECISION_FIELDS})
-    doc.update({key: _json_value(chain[key]) for key in CHAIN_FIELDS})
-    return doc
 
 
 def lock() -> None:
@@ -268,7 +239,7 @@ def _check_link(
     ):
         return finding("changed", "was changed: its link's hash or signature does not verify")
     signed = json.loads(data)
-    chain_now = {name: _json_value(getattr(link, name)) for name in CHAIN_FIELDS}
+    chain_now = {name: json_value(getattr(link, name)) for name in CHAIN_FIELDS}
     now = document(row, chain_now)
     if signed != now:
         return finding("changed", f"was changed: {_changes(signed, now)}")

@@ -3,40 +3,19 @@ change or delete either there (the database refuses it anyway)."""
 
 from __future__ import annotations
 
-from django.contrib.auth.management import create_permissions
 from django.db import migrations
 
-PERMISSIONS = [("audit", "view_auditentry"), ("audit", "view_prunepermit")]
+from receiptsite.receipts import guards_v1
+
+PERMISSIONS = ["view_auditentry", "view_prunepermit"]
 
 
 def grant(apps, schema_editor):
-    # Permissions are normally made after migrations run; make them now, as
-    # receipts/migrations/0003 does, so the group can hold them on a fresh database.
-    for app_config in apps.get_app_configs():
-        app_config.models_module = True
-        create_permissions(app_config, apps=apps, verbosity=0)
-        app_config.models_module = None
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
-    group, _ = Group.objects.get_or_create(name="Auditors")
-    group.permissions.add(
-        *(
-            Permission.objects.get(content_type__app_label=app, codename=codename)
-            for app, codename in PERMISSIONS
-        )
-    )
+    guards_v1.auditors_grant(apps, "audit", PERMISSIONS)
 
 
 def revoke(apps, schema_editor):
-    Permission = apps.get_model("auth", "Permission")
-    group = apps.get_model("auth", "Group").objects.filter(name="Auditors").first()
-    if group is not None:
-        group.permissions.remove(
-            *Permission.objects.filter(
-                content_type__app_label="audit",
-                codename__in=[codename for _, codename in PERMISSIONS],
-            )
-        )
+    guards_v1.auditors_revoke(apps, "audit", PERMISSIONS)
 
 
 class Migration(migrations.Migration):

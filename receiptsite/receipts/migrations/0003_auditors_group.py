@@ -3,37 +3,24 @@ add decisions. Nobody gets change or delete on either (the database refuses them
 
 from __future__ import annotations
 
-from django.contrib.auth.management import create_permissions
 from django.db import migrations
 
+from receiptsite.receipts import guards_v1
+
 AUDITOR_PERMISSIONS = [
-    ("receipts", "view_receipt"),
-    ("receipts", "view_reviewdecision"),
-    ("receipts", "add_reviewdecision"),
-    ("receipts", "view_tenant"),
+    "view_receipt",
+    "view_reviewdecision",
+    "add_reviewdecision",
+    "view_tenant",
 ]
 
 
 def create_group(apps, schema_editor):
-    # Permissions are normally made after migrations run; make them now so the group can
-    # hold them on a fresh database.
-    for app_config in apps.get_app_configs():
-        app_config.models_module = True
-        create_permissions(app_config, apps=apps, verbosity=0)
-        app_config.models_module = None
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
-    group, _ = Group.objects.get_or_create(name="Auditors")
-    group.permissions.set(
-        [
-            Permission.objects.get(content_type__app_label=app, codename=codename)
-            for app, codename in AUDITOR_PERMISSIONS
-        ]
-    )
+    guards_v1.auditors_grant(apps, "receipts", AUDITOR_PERMISSIONS, only=True)
 
 
 def remove_group(apps, schema_editor):
-    apps.get_model("auth", "Group").objects.filter(name="Auditors").delete()
+    apps.get_model("auth", "Group").objects.filter(name=guards_v1.AUDITORS).delete()
 
 
 class Migration(migrations.Migration):

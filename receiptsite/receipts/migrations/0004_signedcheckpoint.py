@@ -2,36 +2,22 @@
 serve the latest and never sign. Append-only like the log's other tables, with the same
 triggers (see 0002_immutability)."""
 
-import importlib
-
 import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
-immutability = importlib.import_module("receiptsite.receipts.migrations.0002_immutability")
+from receiptsite.receipts import guards_v1
 
 TABLE = "receipts_signedcheckpoint"
 
 
 def install(apps, schema_editor):
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
-        statements = immutability.postgres_triggers(TABLE)
-    elif vendor == "sqlite":
-        statements = immutability.sqlite_triggers(TABLE)
-    else:
-        raise RuntimeError(f"no immutability triggers for {vendor}")
-    for statement in statements:
-        schema_editor.execute(statement)
+    # Its trigger against a replacing insert on SQLite came with 0005.
+    guards_v1.install_append_only(schema_editor, TABLE)
 
 
 def remove(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_append_only ON {TABLE};")
-        schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_no_truncate ON {TABLE};")
-    else:
-        for op in ("update", "delete"):
-            schema_editor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_no_{op};")
+    guards_v1.remove_append_only(schema_editor, TABLE, no_replace=False)
 
 
 class Migration(migrations.Migration):

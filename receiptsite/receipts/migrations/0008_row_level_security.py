@@ -1,25 +1,28 @@
 """PostgreSQL row-level security: tenant isolation enforced by the database too.
 
-The policies are declared once, in receiptsite/receipts/rowsecurity.py (SCOPED, and what each
-policy matches); this migration installs them on the tables listed there, and `migrate`
-re-applies the list afterwards (post_migrate), so a table added to it later is covered by the
-next `migrate`. They bind only a role that neither owns the tables nor is a superuser (README,
-"Database roles"); nothing changes on SQLite, which has no row-level security.
+This migration installs the policies (receipts/guards_v1.py holds their SQL) on the one
+tenant-scoped table there is at this point. receiptsite/receipts/rowsecurity.py lists every
+scoped table (SCOPED) and `migrate` re-applies that list afterwards (post_migrate), so a table
+created later, or added to the list later, is covered by the next `migrate`. The policies bind
+only a role that neither owns the tables nor is a superuser (README, "Database roles"); nothing
+changes on SQLite, which has no row-level security.
 """
 
 from __future__ import annotations
 
 from django.db import migrations
 
-from receiptsite.receipts import rowsecurity
+from receiptsite.receipts import guards_v1
+
+SCOPED = [guards_v1.Scoped("receipts_receipt", "tenant_id", public_column="public_id")]
 
 
 def install(apps, schema_editor):
-    rowsecurity.install(schema_editor.connection)
+    guards_v1.install_policies(schema_editor.connection, SCOPED)
 
 
 def remove(apps, schema_editor):
-    rowsecurity.remove(schema_editor.connection)
+    guards_v1.remove_policies(schema_editor.connection, SCOPED)
 
 
 class Migration(migrations.Migration):

@@ -4,29 +4,26 @@ the database permits, erasing its content, only when that record exists.
 - receipts_withdrawal is append-only as the tables of 0002 are (no UPDATE, DELETE, TRUNCATE,
   replacing insert or upsert), and holds at most one withdrawal per receipt.
 - receipts_receipt's UPDATE trigger is replaced by one that lets an UPDATE through only when a
-  withdrawal of the row exists, every column of receipts/withdrawal.KEPT is unchanged, and
-  every other column holds its erased value (empty bytes, NULL, or ''); everything else is
-  refused as before. The trigger names stay those of 0002, so that the tests' maintenance path
+  withdrawal of the row exists, every column of KEPT is unchanged, and every column of ERASED
+  holds its erased value (empty bytes, NULL, or ''); everything else is refused as before. The
+  trigger names stay those of 0002, so that the tests' maintenance path
   (tests/conftest.lift_guard) is unchanged; DELETE and TRUNCATE stay refused.
 
-The erased columns are derived from the receipt model's state here (every column but KEPT), so
-a later migration that adds a receipt column must install this trigger again (the tests check
-that it names every column).
+KEPT and ERASED are every column of the receipt as it stands at this migration, as
+withdrawal/withdrawals.py kept and erased them when it was written; they are literals here, so
+that a later change of that code cannot change what this migration installs. A later migration
+that adds a receipt column, or changes what a withdrawal keeps, installs this trigger again
+(the tests check that it names every column, and that a withdrawal's erasure passes it).
 """
 
 from __future__ import annotations
-
-import importlib
 
 import django.db.models.deletion
 import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
-from receiptsite.receipts import rowsecurity
-from receiptsite.withdrawal import withdrawals as service
-
-immutability = importlib.import_module("receiptsite.receipts.migrations.0002_immutability")
+from receiptsite.receipts import guards_v1
 
 RECEIPTS = "receipts_receipt"
 WITHDRAWALS = "receipts_withdrawal"
@@ -35,17 +32,39 @@ REFUSED = (
     "content of a withdrawn receipt may be erased)"
 )
 AUDITOR_PERMISSIONS = ["add_withdrawal", "view_withdrawal"]
-ERASE = rowsecurity.ERASE_FUNCTION
+# The one function that erases a receipt's content (receipts/rowsecurity.py grants it).
+ERASE = "receiptsite_erase_withdrawn(bigint)"
+# The receipt's columns a withdrawal keeps, and those it erases with what each then holds.
+KEPT = [
+    "id",
+    "public_id",
+    "tenant_id",
+    "api_key_id",
+    "recorded_at",
+    "output_hash",
+    "signature",
+    "signing_key_id",
+]
+ERASED: dict[str, str | bytes | None] = {
+    "workflow_id": "",
+    "session_id": "",
+    "phase": "",
+    "subject_name": "",
+    "outcome": None,
+    "idempotency_key": None,
+    "framework_name": "",
+    "trace_id": "",
+    "request_hash": "",
+    "canonical_bytes": b"",
+}
 
 
-def _erasure(apps, vendor: str) -> str:
+def _erasure(vendor: str) -> str:
     """The condition under which an UPDATE of a receipt row is the permitted erasure."""
-    receipt = apps.get_model("receipts", "Receipt")
-    kept = [f'NEW."{column}" IS NOT DISTINCT FROM OLD."{column}"' for column in service.KEPT]
+    kept = [f'NEW."{column}" IS NOT DISTINCT FROM OLD."{column}"' for column in KEPT]
     erased = []
-    for field in service.erased_fields(receipt):
-        value = service.erased_value(field)
-        column = f'NEW."{field.column}"'
+    for name, value in ERASED.items():
+        column = f'NEW."{name}"'
         if value is None:
             erased.append(f"{column} IS NULL")
         elif isinstance(value, bytes):
@@ -82,16 +101,14 @@ $$;
 """
 
 
-def _postgres_erase_function(apps) -> list[str]:
+def _postgres_erase_function() -> list[str]:
     """The one way the site's database role erases a receipt: as the owner (SECURITY
     DEFINER), so that the role itself holds no UPDATE on receipts; the trigger above still
     decides. Owner only by default: rowsecurity.grants() lets the site role EXECUTE it."""
-    receipt = apps.get_model("receipts", "Receipt")
     sets = []
-    for field in service.erased_fields(receipt):
-        value = service.erased_value(field)
+    for name, value in ERASED.items():
         literal = "NULL" if value is None else "''::bytea" if isinstance(value, bytes) else "''"
-        sets.append(f'"{field.column}" = {literal}')
+        sets.append(f'"{name}" = {literal}')
     return [
         f"""
 CREATE OR REPLACE FUNCTION {ERASE} RETURNS void
@@ -112,7 +129,7 @@ def _sqlite_update_trigger(condition: str) -> str:
 
 def _sqlite_withdrawal_triggers() -> list[str]:
     return [
-        *immutability.sqlite_triggers(WITHDRAWALS),
+        *guards_v1.sqlite_triggers(WITHDRAWALS),
         f"CREATE TRIGGER {WITHDRAWALS}_no_replace BEFORE INSERT ON {WITHDRAWALS} WHEN "
         f"EXISTS (SELECT 1 FROM {WITHDRAWALS} WHERE id = NEW.id) "
         f"OR EXISTS (SELECT 1 FROM {WITHDRAWALS} WHERE receipt_id = NEW.receipt_id) "
@@ -128,18 +145,18 @@ def install(apps, schema_editor):
         # receiptsite_refuse_change() (0002) guards the withdrawals as every append-only table;
         # the receipts' row trigger gets a function of its own, the TRUNCATE trigger stays.
         statements = [
-            *immutability.postgres_triggers(WITHDRAWALS),
-            _postgres_function(_erasure(apps, vendor)),
+            *guards_v1.postgres_triggers(WITHDRAWALS),
+            _postgres_function(_erasure(vendor)),
             f"DROP TRIGGER {RECEIPTS}_append_only ON {RECEIPTS};",
             f"CREATE TRIGGER {RECEIPTS}_append_only BEFORE UPDATE OR DELETE ON {RECEIPTS} "
             f"FOR EACH ROW EXECUTE FUNCTION receiptsite_receipt_change();",
-            *_postgres_erase_function(apps),
+            *_postgres_erase_function(),
         ]
     elif vendor == "sqlite":
         statements = [
             *_sqlite_withdrawal_triggers(),
             f"DROP TRIGGER {RECEIPTS}_no_update;",
-            _sqlite_update_trigger(_erasure(apps, vendor)),
+            _sqlite_update_trigger(_erasure(vendor)),
         ]
     else:
         raise RuntimeError(f"no immutability triggers for {vendor}")
@@ -151,21 +168,17 @@ def remove(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
         statements = [
-            f"DROP TRIGGER IF EXISTS {WITHDRAWALS}_append_only ON {WITHDRAWALS};",
-            f"DROP TRIGGER IF EXISTS {WITHDRAWALS}_no_truncate ON {WITHDRAWALS};",
+            *guards_v1.append_only_drops(vendor, WITHDRAWALS, no_replace=True),
             f"DROP TRIGGER {RECEIPTS}_append_only ON {RECEIPTS};",
-            *immutability.postgres_triggers(RECEIPTS)[:1],
+            *guards_v1.postgres_triggers(RECEIPTS)[:1],
             "DROP FUNCTION IF EXISTS receiptsite_receipt_change();",
             f"DROP FUNCTION IF EXISTS {ERASE};",
         ]
     else:
         statements = [
-            *(
-                f"DROP TRIGGER IF EXISTS {WITHDRAWALS}_no_{op};"
-                for op in ("update", "delete", "replace")
-            ),
+            *guards_v1.append_only_drops(vendor, WITHDRAWALS, no_replace=True),
             f"DROP TRIGGER {RECEIPTS}_no_update;",
-            immutability.sqlite_triggers(RECEIPTS)[0],
+            guards_v1.sqlite_triggers(RECEIPTS)[0],
         ]
     for statement in statements:
         schema_editor.execute(statement, params=None)
@@ -173,31 +186,11 @@ def remove(apps, schema_editor):
 
 def grant_auditors(apps, schema_editor):
     """Auditors may withdraw a receipt from the admin, and see the withdrawals."""
-    from django.contrib.auth.management import create_permissions
-
-    for app_config in apps.get_app_configs():
-        app_config.models_module = True
-        create_permissions(app_config, apps=apps, verbosity=0)
-        app_config.models_module = None
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
-    group, _ = Group.objects.get_or_create(name="Auditors")
-    group.permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="receipts", codename__in=AUDITOR_PERMISSIONS
-        )
-    )
+    guards_v1.auditors_grant(apps, "receipts", AUDITOR_PERMISSIONS)
 
 
 def revoke_auditors(apps, schema_editor):
-    Permission = apps.get_model("auth", "Permission")
-    Group = apps.get_model("auth", "Group")
-    for group in Group.objects.filter(name="Auditors"):
-        group.permissions.remove(
-            *Permission.objects.filter(
-                content_type__app_label="receipts", codename__in=AUDITOR_PERMISSIONS
-            )
-        )
+    guards_v1.auditors_revoke(apps, "receipts", AUDITOR_PERMISSIONS)
 
 
 class Migration(migrations.Migration):

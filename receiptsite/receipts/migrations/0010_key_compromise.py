@@ -9,24 +9,22 @@ as compromised since it was retired: nothing it signed is shown to predate that.
 
 from __future__ import annotations
 
-import importlib
-
 import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
-no_replace = importlib.import_module("receiptsite.receipts.migrations.0005_no_replacing_insert")
+from receiptsite.receipts import guards_v1
 
 TABLE = "receipts_appendedsignature"
 UNIQUE_KEYS = [("id",)]
 
 
 def install(apps, schema_editor):
-    no_replace.install_append_only(schema_editor, TABLE, UNIQUE_KEYS)
+    guards_v1.install_append_only(schema_editor, TABLE, UNIQUE_KEYS)
 
 
 def remove(apps, schema_editor):
-    no_replace.remove_append_only(schema_editor, TABLE)
+    guards_v1.remove_append_only(schema_editor, TABLE, no_replace=True)
 
 
 def date_old_compromises(apps, schema_editor):

@@ -8,18 +8,29 @@ recorded (their ids), signed by the key in SIGNING_KEY_FILE, and marked `chained
 were made. This only inserts rows; no trigger is lifted, and the site's own code gets no way to
 chain a decision other than by recording it. With decisions to chain and no usable key, the
 migration stops and says so.
+
+The document it signs is review-decision/v1, from its frozen module (review/decision_v1.py, which
+review/chain.py uses too); its bytes, hash, signature and key id are made here with the
+libraries themselves (RFC 8785, SHA-256, Ed25519, the key's RFC 7638 thumbprint), so that a
+later change of the site's code cannot change what this migration writes
+(tests/test_decision_chain.py holds them to the site's).
 """
 
 from __future__ import annotations
 
-import importlib
+import base64
+import hashlib
+from datetime import UTC, datetime
 
 import django.db.models.deletion
 import django.utils.timezone
+import rfc8785
+from cryptography.hazmat.primitives import serialization
 from django.conf import settings
 from django.db import migrations, models
 
-no_replace = importlib.import_module("receiptsite.receipts.migrations.0005_no_replacing_insert")
+from receiptsite.receipts import guards_v1
+from receiptsite.review.decision_v1 import CHAIN_FIELDS, DECISION_FIELDS, GENESIS, document
 
 TABLE = "receipts_decisionlink"
 # Every unique key of the table (tests/test_decision_chain.py checks it against the database).
@@ -27,25 +38,34 @@ UNIQUE_KEYS: list[tuple[str, ...]] = [
     ("id",), ("position",), ("decision_id",), ("previous_hash",)
 ]
 
+def canonical_bytes(doc):
+    return rfc8785.dumps(doc)
+
+
+def _b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def kid(public):
+    """The key's id: the RFC 7638 thumbprint of its JWK (an Ed25519 public key, 32 bytes)."""
+    jwk = {"kty": "OKP", "crv": "Ed25519", "x": _b64url(public)}
+    return _b64url(hashlib.sha256(canonical_bytes(jwk)).digest())
+
 
 def install(apps, schema_editor):
-    no_replace.install_append_only(schema_editor, TABLE, UNIQUE_KEYS)
+    guards_v1.install_append_only(schema_editor, TABLE, UNIQUE_KEYS)
 
 
 def remove(apps, schema_editor):
-    no_replace.remove_append_only(schema_editor, TABLE)
+    guards_v1.remove_append_only(schema_editor, TABLE, no_replace=True)
 
 
 def chain_existing(apps, schema_editor):
-    from receiptsite.integrity import keys
-    from receiptsite.integrity.canonical import canonical_bytes, sha256_hex
-    from receiptsite.review import chain as decisions
-
     ReviewDecision = apps.get_model("receipts", "ReviewDecision")
     DecisionLink = apps.get_model("receipts", "DecisionLink")
     SigningKey = apps.get_model("receipts", "SigningKey")
     alias = schema_editor.connection.alias
-    lookups = [lookup for _, lookup in decisions.DECISION_FIELDS]
+    lookups = [lookup for _, lookup in DECISION_FIELDS]
     rows = list(ReviewDecision.objects.using(alias).order_by("id").values(*lookups))
     if not rows:
         return
@@ -55,9 +75,11 @@ def chain_existing(apps, schema_editor):
             f"migration 0011 chains the {len(rows)} existing review decisions and must sign "
             "them: set SIGNING_KEY_FILE and run migrate again"
         )
-    public = keys.public_raw(private)
+    public = private.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
     key, _ = SigningKey.objects.using(alias).get_or_create(
-        kid=keys.jwk_thumbprint(public), defaults={"public_key": public}
+        kid=kid(public), defaults={"public_key": public}
     )
     if key.status == "compromised":
         raise RuntimeError(
@@ -65,16 +87,16 @@ def chain_existing(apps, schema_editor):
             f"SIGNING_KEY_FILE ({key.kid}) is marked compromised: point it at a new key"
         )
     now = django.utils.timezone.now()
-    previous_id, previous_hash = None, decisions.GENESIS
+    previous_id, previous_hash = None, GENESIS
     links = []
     for position, row in enumerate(rows):
         chain = {"previous_decision_id": previous_id, "previous_hash": previous_hash,
                  "chained_at": now, "chained_by": "migration"}
-        data = canonical_bytes(decisions.document(row, chain))
-        digest = sha256_hex(data)
+        data = canonical_bytes(document(row, chain))
+        digest = hashlib.sha256(data).hexdigest()
         links.append(DecisionLink(
             position=position, decision_id=row["id"], canonical_bytes=data,
-            decision_hash=digest, signature=keys.sign(private, data), signing_key=key, **chain,
+            decision_hash=digest, signature=private.sign(data), signing_key=key, **chain,
         ))
         previous_id, previous_hash = row["id"], digest
     DecisionLink.objects.using(alias).bulk_create(links)
