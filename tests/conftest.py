@@ -1,5 +1,11 @@
 """Small fixtures shared by the suite. Tests run against a real database: SQLite by default,
-PostgreSQL when DATABASE_URL says so (.ci/run runs both)."""
+PostgreSQL when DATABASE_URL says so (.ci/run runs both).
+
+The tests are laid out by what they cost, one folder each, and every module carries its
+folder's marker (checked at collection, below): tests/unit (neither the database nor a live
+server), tests/db (the database, through pytest-django), tests/live (a real gunicorn) and
+tests/browser (Debian's Chromium, on a live site). `scripts/test -m "not live and not
+browser"` is the fast loop."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +28,9 @@ from tests.examples import EXAMPLE_BODY
 from tests.livesite import end_run, start_run
 
 SITE = "https://receipts.example.org"
+TESTS = Path(__file__).resolve().parent
+# A folder's marks: what its modules' `pytestmark` must hold, no more and no less.
+COSTS = {"unit": {"unit"}, "db": {"db"}, "live": {"live"}, "browser": {"browser", "live"}}
 
 
 
@@ -182,3 +192,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     end_run(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each of the site's test modules sits in the folder of its cost and says so."""
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if not path.is_relative_to(TESTS):
+            continue  # the client's tests (clients/python/tests)
+        folder = path.relative_to(TESTS).parts[0]
+        if folder not in COSTS:
+            raise pytest.UsageError(f"{item.nodeid}: a test module lives in tests/unit, "
+                                    "tests/db, tests/live or tests/browser, by what it needs")
+        marks = {m.name for m in item.iter_markers()} & {"unit", "db", "live", "browser"}
+        if marks != COSTS[folder]:
+            raise pytest.UsageError(f"{item.nodeid}: a test in tests/{folder} must be marked "
+                                    f"{sorted(COSTS[folder])}, not {sorted(marks)}")
+        if folder == "unit" and {"db", "transactional_db"} & set(item.fixturenames):
+            raise pytest.UsageError(f"{item.nodeid}: uses the database, so it belongs in "
+                                    "tests/db")

@@ -11,7 +11,7 @@ vectors are those JSONs edited one way each; `manifest.json` lists every file wi
 expected verdict, what was changed and which checks must fail.
 
 Each corrupted vector is checked here against the site's own integrity functions before it is
-written (tests/test_vectors.py, `site_failures`), so a corruption that does not break what it
+written (tests/unit/test_vectors.py, `site_failures`), so a corruption that does not break what it
 claims to break stops the run instead of shipping.
 """
 
@@ -40,7 +40,7 @@ from receiptsite.integrity import note as site_note  # noqa: E402
 from receiptsite.integrity import tlogproof as site_tlogproof  # noqa: E402
 from tests.examples import EXAMPLE_BODY  # noqa: E402
 from tests.livesite import LiveSite  # noqa: E402
-from tests.test_vectors import (  # noqa: E402
+from tests.unit.test_vectors import (  # noqa: E402
     BUNDLE_CHECK_NAMES,
     CHECK_NAMES,
     site_bundle_failures,

@@ -2,7 +2,7 @@
 
 docs/receipt-format.md holds a table of every field between two marker comments; this module
 writes that table, and `python -m receiptsite.evidence.docgen` rewrites the block in place.
-tests/test_docs.py fails when the block and the declaration disagree, so the reference cannot
+tests/unit/test_docs.py fails when the block and the declaration disagree, so the reference cannot
 drift from what the site enforces.
 
 The page labels are lazy translations: rendering the table needs Django settings (the

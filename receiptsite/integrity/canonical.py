@@ -46,7 +46,7 @@ def _same_as_rfc8785(doc: object) -> bool:
 def canonical_bytes(doc: object) -> bytes:
     """The RFC 8785 bytes of a JSON-shaped Python value. The rfc8785 library is the reference;
     for the values receipts are made of (no floats), the C JSON encoder writes the same bytes
-    about ten times faster, and tests/test_properties.py holds the two to each other."""
+    about ten times faster, and tests/db/test_properties.py holds the two to each other."""
     if _same_as_rfc8785(doc):
         try:
             return json.dumps(

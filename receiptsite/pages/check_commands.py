@@ -3,7 +3,7 @@
 Each prints the SHA-256 of the receipt's stored bytes (lowercase hex) from its verification
 JSON, with the tools that system has: GNU coreutils on Linux; `base64 -D` and `shasum -a 256`
 on macOS (no `sha256sum`, and older releases' `base64` has no `-d`); PowerShell on Windows
-(`Invoke-RestMethod` reads the JSON, `Get-FileHash` hashes the bytes). tests/test_bundle.py
+(`Invoke-RestMethod` reads the JSON, `Get-FileHash` hashes the bytes). tests/live/test_bundle.py
 runs the Linux one and the macOS one's tools where they are installed.
 """
 

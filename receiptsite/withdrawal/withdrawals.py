@@ -8,7 +8,7 @@ What stays is KEPT: the id, the tenant, `recorded_at`, the output hash, the sign
 keys that made it; the leaf hash and the log position stay in the log's own tables. The
 database permits this one change of a receipt row, and only once a withdrawal record for it
 exists (migrations/0009_withdrawal installs its triggers with these columns written out, frozen;
-tests/test_withdrawal.py holds them to KEPT and the model).
+tests/db/test_withdrawal.py holds them to KEPT and the model).
 
 Erased means gone from the database's files too, as far as the site can reach them:
 

@@ -17,7 +17,7 @@ many entries went) in one transaction, so no permit is ever open outside it:
 
 Nothing else may delete: an UPDATE, a TRUNCATE, a replacing insert and an upsert are refused
 as for receipts (receipts/migrations/0002 and 0005). The site's own code never writes a permit;
-only the command does (tests/test_audit_log.py checks that no other module names it). As for
+only the command does (tests/db/test_audit_log.py checks that no other module names it). As for
 receipts, a superuser can still lift the guard (`SET session_replication_role = replica`);
 the site's database role must not be one.
 """

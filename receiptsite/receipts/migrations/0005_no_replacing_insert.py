@@ -12,7 +12,7 @@ would change nothing anyway; the site's own code never inserts over a row. An up
 On PostgreSQL there is nothing to add: it has no replacing insert, and `INSERT ... ON CONFLICT
 DO UPDATE` and `MERGE` fire the row triggers of 0002 (`ON CONFLICT DO NOTHING` changes nothing).
 
-UNIQUE_KEYS lists every unique key of each table (tests/test_immutability.py checks the list
+UNIQUE_KEYS lists every unique key of each table (tests/db/test_immutability.py checks the list
 against the database's own), so a key added later without its line here fails the suite; an
 append-only table added by a later migration gets the same trigger from
 guards_v1.install_append_only, with its own keys. Lifting the guard for tests

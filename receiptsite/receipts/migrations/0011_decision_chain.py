@@ -13,7 +13,7 @@ The document it signs is review-decision/v1, from its frozen module (review/deci
 review/chain.py uses too); its bytes, hash, signature and key id are made here with the
 libraries themselves (RFC 8785, SHA-256, Ed25519, the key's RFC 7638 thumbprint), so that a
 later change of the site's code cannot change what this migration writes
-(tests/test_decision_chain.py holds them to the site's).
+(tests/db/test_decision_chain.py holds them to the site's).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from receiptsite.receipts import guards_v1
 from receiptsite.review.decision_v1 import CHAIN_FIELDS, DECISION_FIELDS, GENESIS, document
 
 TABLE = "receipts_decisionlink"
-# Every unique key of the table (tests/test_decision_chain.py checks it against the database).
+# Every unique key of the table (tests/db/test_decision_chain.py checks it against the database).
 UNIQUE_KEYS: list[tuple[str, ...]] = [
     ("id",), ("position",), ("decision_id",), ("previous_hash",)
 ]

@@ -1,0 +1,215 @@
+"""Key compromise, end to end on a live site (gunicorn, its own database: SQLite, or
+PostgreSQL when the suite runs there), as an operator meets it (README, "Key compromise").
+
+The story: the site's key signs receipt `before`; later it leaks, at a time T; after T it
+signs `after` (nobody knows yet); the operator runs `compromisekey <kid> --at T`, which marks
+the key compromised, activates a new key, and signs `before` again with it, since a
+checkpoint signed before T holds its leaf. `after` is not provably older than T: it fails, and
+so does any checkpoint the leaked key signs after T, on the server, in `checklog` and in
+receipt-verify. (The browser verifier's side is in tests/browser/test_browser.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import UTC, datetime
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import Error, connection, transaction
+from django.test import Client
+
+from receiptsite.config import signing_key
+from receiptsite.integrity import keys
+from receiptsite.ledger import keyring
+from receiptsite.receipts.models import AppendedSignature, SignedCheckpoint, SigningKey
+from tests.conftest import Producer, lift_guard, tamper
+
+pytestmark = pytest.mark.db
+
+TABLE = AppendedSignature._meta.db_table
+
+
+def stamp() -> str:
+    """Now, as every timestamp the site writes."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# --- the command, on the suite's own database --------------------------------------------
+
+
+def run_command(*args: Any, **options: Any) -> str:
+    out = StringIO()
+    call_command("compromisekey", *args, stdout=out, stderr=StringIO(), **options)
+    return out.getvalue()
+
+
+def state() -> list[Any]:
+    return [
+        list(SigningKey.objects.order_by("pk").values_list("kid", "status", "compromised_at")),
+        AppendedSignature.objects.count(),
+        SignedCheckpoint.objects.count(),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"at": "yesterday"}, "is not an RFC 3339 timestamp"),
+        ({"at": "2026-02-30T00:00:00Z"}, "is not an RFC 3339 timestamp"),
+        ({"at": "2999-01-01T00:00:00Z"}, "is in the future"),
+        ({"at": "2026-01-01T00:00:00Z", "kid": "no-such-key"}, "no signing key has the id"),
+        (
+            {"at": "2026-01-01T00:00:00Z", "new_key_file": "/nonexistent.pem"},
+            "--new-key-file names /nonexistent.pem, which does not exist",
+        ),
+    ],
+)
+def test_bad_input_is_refused_and_changes_nothing(
+    producer: Producer, settings: Any, tmp_path: Path, arguments: dict[str, str], message: str
+) -> None:
+    producer.publish()
+    settings.VAR_DIR = tmp_path
+    before, unchanged = state(), Path(settings.SIGNING_KEY_FILE).read_bytes()
+    kid = arguments.pop("kid", keyring.configured().kid)
+    with pytest.raises(CommandError, match=re.escape(message)):
+        run_command(kid, **arguments)
+    assert state() == before
+    assert Path(settings.SIGNING_KEY_FILE).read_bytes() == unchanged
+    assert list(tmp_path.glob("**/signing-key-*.pem")) == []
+
+
+def test_a_key_is_compromised_once(producer: Producer, settings: Any, tmp_path: Path) -> None:
+    producer.publish()
+    settings.VAR_DIR = tmp_path
+    kid = keyring.configured().kid
+    run_command(kid, at=stamp())
+    before = state()
+    with pytest.raises(CommandError, match="already marked compromised"):
+        run_command(kid, at=stamp())
+    assert state() == before
+
+
+def test_a_receipt_changed_behind_the_sites_back_is_not_signed_again(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    kept = producer.publish(idempotency_key="kept")
+    changed = producer.publish(idempotency_key="changed")
+    tamper(changed["id"], canonical_bytes=b'{"forged": true}')
+    settings.VAR_DIR = tmp_path
+    output = run_command(keyring.configured().kid, at=stamp())
+    assert "Signed again by" in output and ": 1 receipt(s)" in output
+    assert "Left out: 1 receipt(s)" in output
+    assert client.get(f"/api/receipt/{kept['id']}/verify").json()["status"] == "valid"
+    body = client.get(f"/api/receipt/{changed['id']}/verify").json()
+    assert body["status"] == "invalid"
+    assert [c["result"] for c in body["checks"] if c["name"] == "signature"] == ["fail"]
+
+
+def test_a_new_key_file_becomes_the_active_key(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    answer = producer.publish()
+    new_file = tmp_path / "next.pem"
+    new_file.write_bytes(keys.generate_private_key_pem())
+    new = keys.jwk_thumbprint(keys.public_raw(keys.load_private_key_pem(new_file.read_bytes())))
+    output = run_command(keyring.configured().kid, at=stamp(), new_key_file=str(new_file))
+    assert f"Now point SIGNING_KEY_FILE at {new_file.resolve()} and restart" in output
+    assert SigningKey.objects.get(kid=new).status == SigningKey.ACTIVE
+    assert client.get(f"/api/receipt/{answer['id']}/verify").json()["signature"]["key_id"] == new
+
+
+def test_the_key_that_took_over_can_be_compromised_in_its_turn(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    answer = producer.publish()
+    settings.VAR_DIR = tmp_path
+    first = keyring.configured().kid
+    run_command(first, at=stamp())
+    [second] = SigningKey.objects.filter(status=SigningKey.ACTIVE).values_list("kid", flat=True)
+    # The operator points SIGNING_KEY_FILE at the second key; later it leaks too.
+    # compromisekey wrote the second key into SIGNING_KEY_FILE; the next command reads it.
+    settings.SIGNING_KEY = signing_key(settings.SIGNING_KEY_FILE)
+    keyring.forget()
+    time.sleep(0.01)
+    run_command(second, at=stamp())
+    [third] = SigningKey.objects.filter(status=SigningKey.ACTIVE).values_list("kid", flat=True)
+    body = client.get(f"/api/receipt/{answer['id']}/verify").json()
+    assert body["status"] == "valid" and body["signature"]["key_id"] == third
+    assert AppendedSignature.objects.count() == 2
+
+
+APPEND_ONLY = "append-only"
+
+
+@pytest.mark.parametrize(
+    ("vendors", "statement"),
+    [
+        ({"sqlite", "postgresql"}, f"UPDATE {TABLE} SET signature = signature"),
+        ({"sqlite", "postgresql"}, f"DELETE FROM {TABLE}"),
+        ({"postgresql"}, f"TRUNCATE {TABLE}"),
+        ({"sqlite"}, f"INSERT OR REPLACE INTO {TABLE} SELECT * FROM {TABLE}"),
+        (
+            {"sqlite", "postgresql"},
+            f"INSERT INTO {TABLE} SELECT * FROM {TABLE} WHERE true "
+            "ON CONFLICT (id) DO UPDATE SET signature = excluded.signature",
+        ),
+    ],
+)
+def test_the_database_refuses_to_change_an_appended_signature(
+    producer: Producer, settings: Any, tmp_path: Path, vendors: set[str], statement: str
+) -> None:
+    if connection.vendor not in vendors:
+        pytest.skip(f"{connection.vendor} has no such statement")
+    producer.publish()
+    settings.VAR_DIR = tmp_path
+    run_command(keyring.configured().kid, at=stamp())
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            # The deferred foreign-key checks now, or TRUNCATE is refused for those first.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    before = list(AppendedSignature.objects.values_list("id", "signature"))
+    assert before
+    with pytest.raises(Error, match=APPEND_ONLY), transaction.atomic(), connection.cursor() as c:
+        c.execute(statement)
+    assert list(AppendedSignature.objects.values_list("id", "signature")) == before
+
+
+def test_checklog_checks_every_appended_signature(
+    producer: Producer, settings: Any, tmp_path: Path
+) -> None:
+    producer.publish()
+    settings.VAR_DIR = tmp_path
+    run_command(keyring.configured().kid, at=stamp())
+    settings.SIGNING_KEY = signing_key(settings.SIGNING_KEY_FILE)  # the new key, written there
+    keyring.forget()
+    out = StringIO()
+    call_command("checklog", stdout=out)
+    assert "OK: 1 leaves" in out.getvalue()
+    lift_guard(TABLE)  # the test fixture's maintenance path (tests/conftest.py)
+    AppendedSignature.objects.update(signature=bytes(64))
+    with pytest.raises(CommandError, match=r"appended signature \d+ does not verify"):
+        call_command("checklog", stdout=StringIO())
+
+
+def test_a_log_the_site_refuses_to_sign_leaves_everything_as_it_was(
+    producer: Producer, settings: Any, tmp_path: Path
+) -> None:
+    producer.publish()
+    settings.VAR_DIR = tmp_path / "var"
+    # The site remembers a larger tree than the database holds (restored from an old backup).
+    Path(settings.LOG_STATE_FILE).write_text(
+        json.dumps({"origin": "x", "tree_size": 10, "root_hash": "A" * 43 + "="})
+    )
+    before, unchanged = state(), Path(settings.SIGNING_KEY_FILE).read_bytes()
+    with pytest.raises(CommandError, match="refuses to sign its log"):
+        run_command(keyring.configured().kid, at=stamp())
+    assert state() == before
+    assert Path(settings.SIGNING_KEY_FILE).read_bytes() == unchanged
+    assert not (tmp_path / "var").exists()

@@ -1,0 +1,499 @@
+"""Withdrawal: POST /api/receipts/<id>/withdrawal (and the admin's action) erases a receipt's
+content and keeps its place in the log; the page and the verification answer 410; the list
+and the detail show it withdrawn; the database permits this one change, and only after a
+withdrawal record exists; and the content leaves SQLite's files (the database file and its
+write-ahead log), as read from the disk."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, Permission, User
+from django.core.management import call_command
+from django.db import Error, connection, transaction
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from receiptsite.integrity import merkle
+from receiptsite.receipts.models import LogNode, Receipt, Withdrawal
+from receiptsite.withdrawal import withdrawals as service
+from tests.conftest import Producer, assert_problem
+from tests.db import test_immutability as immutability
+from tests.db.test_immutability import STATEMENTS, snapshot
+from tests.db.test_query_counts import PUBLIC, pinned, public_requests, queries_of
+from tests.db.test_reads_never_write import WRITES
+from tests.livesite import is_postgres, suite_database_url
+
+pytestmark = pytest.mark.db
+
+WITHDRAWN_SUMMARY_KEYS = [
+    "id",
+    "url",
+    "verify_url",
+    "output_hash",
+    "recorded_at",
+    "log_index",
+    "workflow_id",
+    "phase",
+    "subject",
+    "outcome",
+    "withdrawn_at",
+]
+
+
+def withdraw(producer: Producer, receipt_id: str, body: Any = None, **extra: str) -> Any:
+    if body is None:
+        body = {"reason": "personal_data", "note": "It names a customer."}
+    return producer.post(json.dumps(body), path=f"/api/receipts/{receipt_id}/withdrawal", **extra)
+
+
+def leaf_of(receipt: Receipt) -> bytes:
+    return bytes(LogNode.objects.get(key=LogNode.node_key(0, receipt.log_entry.index)).hash)
+
+
+# --- the tenant's route ------------------------------------------------------------------------
+
+
+def test_it_withdraws_the_receipt_and_erases_its_content(producer: Producer) -> None:
+    answer = producer.publish()
+    stored = Receipt.objects.get(public_id=answer["id"])
+    leaf, index = leaf_of(stored), stored.log_entry.index
+    response = withdraw(producer, answer["id"])
+    assert response.status_code == 201, response.content
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert list(body) == ["id", "withdrawn_at", "reason"]
+    record = Withdrawal.objects.get()
+    assert body == {
+        "id": answer["id"],
+        "withdrawn_at": record.withdrawn_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reason": "personal_data",
+    }
+    assert "Idempotent-Replayed" not in response
+    assert (record.withdrawn_by, record.note, record.tenant_id) == (
+        "publisher",
+        "It names a customer.",
+        stored.tenant_id,
+    )
+    erased = Receipt.objects.get(public_id=answer["id"])
+    assert erased.raw_bytes() == b""
+    for column in (
+        "workflow_id",
+        "session_id",
+        "phase",
+        "subject_name",
+        "framework_name",
+        "trace_id",
+        "request_hash",
+    ):
+        assert getattr(erased, column) == "", column
+    assert erased.outcome is None and erased.idempotency_key is None
+    # What stays: the id, the tenant, recorded_at, the output hash, the leaf and its place.
+    for kept in (
+        "public_id",
+        "tenant_id",
+        "api_key_id",
+        "recorded_at",
+        "output_hash",
+        "signing_key_id",
+    ):
+        assert getattr(erased, kept) == getattr(stored, kept), kept
+    assert bytes(erased.signature) == bytes(stored.signature)
+    assert erased.log_entry.index == index and leaf_of(erased) == leaf
+
+
+def test_a_second_withdrawal_replays_the_first_answer(producer: Producer) -> None:
+    answer = producer.publish()
+    first = withdraw(producer, answer["id"])
+    again = withdraw(producer, answer["id"], {"reason": "legal"})
+    assert again.status_code == 201
+    assert again["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    assert Withdrawal.objects.get().reason == "personal_data"
+
+
+def test_another_tenants_receipt_is_the_same_404_as_an_unknown_one(
+    producer: Producer, other_producer: Producer
+) -> None:
+    answer = producer.publish()
+    theirs = withdraw(other_producer, answer["id"])
+    unknown = withdraw(other_producer, "0b7a6f5e-7c1d-4e0a-9d8b-3f2e1a0c9b8d")
+    assert_problem(theirs, 404, "not-found")
+    assert theirs.json() == unknown.json()
+    assert not Withdrawal.objects.exists()
+    assert Receipt.objects.get(public_id=answer["id"]).raw_bytes()
+
+
+@pytest.mark.parametrize(
+    ("body", "fields"),
+    [
+        ({"reason": "boredom"}, ["/reason"]),
+        ({"note": "no reason given"}, ["/reason"]),
+        ({"reason": "other", "note": "x" * 501}, ["/note"]),
+        ({"reason": 3, "note": ["a list"]}, ["/reason", "/note"]),
+        ({"reason": "other", "by": "someone"}, ["/by"]),
+        (["personal_data"], [""]),
+        ("personal_data", [""]),
+    ],
+)
+def test_a_bad_body_is_a_422_naming_each_field_and_changes_nothing(
+    producer: Producer, body: Any, fields: list[str]
+) -> None:
+    answer = producer.publish()
+    response = withdraw(producer, answer["id"], body)
+    problem = assert_problem(response, 422, "validation-error")
+    assert [e["field"] for e in problem["errors"]] == fields
+    assert not Withdrawal.objects.exists()
+    assert Receipt.objects.get(public_id=answer["id"]).raw_bytes()
+
+
+def test_a_note_of_500_characters_and_no_note_are_both_fine(producer: Producer) -> None:
+    first, second = producer.publish(), producer.publish(idempotency_key="k/2")
+    longest = withdraw(producer, first["id"], {"reason": "other", "note": "é" * 500})
+    assert longest.status_code == 201
+    assert withdraw(producer, second["id"], {"reason": "secret"}).status_code == 201
+    assert sorted(Withdrawal.objects.values_list("note", flat=True)) == ["", "é" * 500]
+
+
+def test_a_secret_in_the_note_is_redacted_before_it_is_stored(producer: Producer) -> None:
+    answer = producer.publish()
+    token = "sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"
+    response = withdraw(producer, answer["id"], {"reason": "secret", "note": f"held {token}"})
+    assert response.status_code == 201
+    assert Withdrawal.objects.get().note == "held [REDACTED]"
+
+
+def test_the_body_is_read_as_every_json_body_is(producer: Producer) -> None:
+    answer = producer.publish()
+    path = f"/api/receipts/{answer['id']}/withdrawal"
+    assert_problem(producer.post("{", path=path), 400, "malformed-json")
+    text = producer.client.post(
+        path, data="reason=other", content_type="text/plain", headers=producer.headers()
+    )
+    assert_problem(text, 415, "unsupported-media-type")
+    big = json.dumps({"reason": "other", "note": "x" * (service.MAX_BYTES + 1)})
+    assert_problem(producer.post(big, path=path), 413, "payload-too-large")
+    assert_problem(
+        Client().post(path, data="{}", content_type="application/json"), 401, "unauthorized"
+    )
+    wrong = producer.client.get(path, headers=producer.headers())
+    assert_problem(wrong, 405, "method-not-allowed")
+    assert wrong["Allow"] == "POST"
+    assert not Withdrawal.objects.exists()
+
+
+def test_the_request_is_in_the_api_audit_log(producer: Producer) -> None:
+    answer = producer.publish()
+    withdraw(producer, answer["id"])
+    withdraw(producer, answer["id"], {"reason": "nonsense"})
+    entries = producer.get("/api/audit-logs").json()["entries"]
+    assert [(e["route"], e["status"], e["receipt_ids"]) for e in entries[:2]] == [
+        ("POST /api/receipts/{id}/withdrawal", 422, []),
+        ("POST /api/receipts/{id}/withdrawal", 201, [answer["id"]]),
+    ]
+
+
+# --- what the routes show afterwards ----------------------------------------------------------
+
+
+def test_the_list_and_the_detail_show_it_withdrawn_without_a_document(
+    producer: Producer,
+) -> None:
+    kept = producer.publish(idempotency_key="kept/1")
+    answer = producer.publish()
+    withdrawn_at = withdraw(producer, answer["id"]).json()["withdrawn_at"]
+    detail = producer.get(f"/api/receipts/{answer['id']}")
+    assert detail.status_code == 200
+    body = detail.json()
+    assert list(body) == WITHDRAWN_SUMMARY_KEYS
+    assert body == {
+        **answer,
+        "workflow_id": None,
+        "phase": None,
+        "subject": None,
+        "outcome": None,
+        "withdrawn_at": withdrawn_at,
+    }
+    listed = producer.get("/api/receipts").json()["receipts"]
+    assert listed[0] == body
+    assert "withdrawn_at" not in listed[1] and listed[1]["id"] == kept["id"]
+    # The erased columns match no filter any more.
+    assert producer.get("/api/receipts", workflow_id="wf-7f3a").json()["receipts"] == [listed[1]]
+
+
+def test_the_verification_answers_410_with_the_kept_leaf_and_a_proof_that_verifies(
+    producer: Producer, client: Client
+) -> None:
+    answer = producer.publish()
+    producer.publish(idempotency_key="after/1")  # the tree grows past the withdrawn leaf
+    stored = Receipt.objects.get(public_id=answer["id"])
+    leaf = leaf_of(stored)
+    withdrawn_at = withdraw(producer, answer["id"]).json()["withdrawn_at"]
+    producer.publish(idempotency_key="after/2")
+    response = client.get(f"/api/receipt/{answer['id']}/verify")
+    assert response.status_code == 410
+    assert response["Content-Type"] == "application/json"
+    assert response["Access-Control-Allow-Origin"] == "*"
+    assert response["Cache-Control"] == "no-store"
+    body = response.json()
+    assert list(body) == ["receipt_id", "status", "withdrawn_at", "reason", "leaf_hash", "log"]
+    assert body["receipt_id"] == answer["id"] and body["status"] == "withdrawn"
+    assert body["withdrawn_at"] == withdrawn_at and body["reason"] == "personal_data"
+    assert base64.b64decode(body["leaf_hash"]) == leaf
+    log = body["log"]
+    assert log["index"] == stored.log_entry.index and log["tree_size"] == 3
+    assert log["checkpoint"] == client.get("/api/log/checkpoint").content.decode()
+    proof = [base64.b64decode(p) for p in log["inclusion_proof"]]
+    root = base64.b64decode(log["root_hash"])
+    assert merkle.verify_inclusion(leaf, log["index"], log["tree_size"], proof, root)
+    assert not merkle.verify_inclusion(merkle.leaf_hash(b""), log["index"], 3, proof, root)
+
+
+def test_the_page_answers_410_in_plain_words(producer: Producer, client: Client) -> None:
+    answer = producer.publish()
+    withdraw(producer, answer["id"])
+    page = client.get(f"/run/{answer['id']}")
+    assert page.status_code == 410
+    assert page["Referrer-Policy"] == "same-origin" and page["Cache-Control"] == "no-store"
+    text = page.content.decode()
+    assert "This receipt was withdrawn" in text
+    assert "by the publisher, for personal data." in text
+    assert "Its place in the tamper-evident log is kept" in text
+    assert "website_audit" not in text and "wf-7f3a" not in text
+    chinese = client.get(f"/run/{answer['id']}?lang=zh-hans")
+    assert chinese.status_code == 410
+    assert "此回执已撤回" in chinese.content.decode()
+    handoff = client.get(f"/run/{answer['id']}/handoff.txt")
+    assert handoff.status_code == 410 and b"withdrawn" in handoff.content
+
+
+@pytest.mark.skipif(is_postgres(suite_database_url()), reason="an SQLite setting")
+def test_sqlite_overwrites_what_the_erasure_frees(producer: Producer) -> None:
+    # Some builds of SQLite (Debian's) overwrite freed content by default, others do not: the
+    # erasing connection turns it on whatever the build.
+    answer = producer.publish()
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA secure_delete = OFF")
+        withdraw(producer, answer["id"])
+        cursor.execute("PRAGMA secure_delete")
+        assert cursor.fetchone() == (1,)
+
+
+def test_reading_a_withdrawn_receipt_writes_nothing_but_the_tenants_audit_lines(
+    producer: Producer, client: Client
+) -> None:
+    answer = producer.publish()
+    withdraw(producer, answer["id"])
+    reads = [
+        (client, f"/api/receipt/{answer['id']}/verify"),
+        (client, f"/run/{answer['id']}"),
+        (client, f"/run/{answer['id']}/handoff.txt"),
+        (producer.client, f"/api/receipts/{answer['id']}"),
+        (producer.client, "/api/receipts"),
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        statuses = [who.get(path, headers=producer.headers()).status_code for who, path in reads]
+    assert statuses == [410, 410, 410, 200, 200]
+    writes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(WRITES)]
+    assert len(writes) == 2 and all('INSERT INTO "audit_auditentry"' in w for w in writes)
+
+
+def test_checklog_still_proves_the_whole_tree(producer: Producer, capsys: Any) -> None:
+    answers = [producer.publish(idempotency_key=f"k/{i}") for i in range(3)]
+    withdraw(producer, answers[1]["id"])
+    call_command("checklog")
+    assert "OK: 3 leaves" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("route", ["verify", "page", "handoff"])
+def test_a_withdrawn_receipt_costs_at_most_one_query_more_than_a_normal_one(
+    producer: Producer, client: Client, route: str
+) -> None:
+    normal = producer.publish(idempotency_key="normal/1")
+    answer = producer.publish()
+    withdraw(producer, answer["id"])
+    path = public_requests(answer["id"])[route]
+    client.get(path)
+    response, sql = queries_of(lambda: client.get(path))
+    assert response.status_code == 410, response.content
+    assert len(sql) <= pinned(PUBLIC, route) + 1, "\n".join(sql)
+    client.get(public_requests(normal["id"])[route])
+    response, sql = queries_of(lambda: client.get(public_requests(normal["id"])[route]))
+    assert response.status_code == 200 and len(sql) == pinned(PUBLIC, route)
+
+
+def test_a_list_with_withdrawn_receipts_costs_one_query_more(producer: Producer) -> None:
+    for i in range(3):
+        producer.publish(idempotency_key=f"list/{i}")
+    _, plain = queries_of(lambda: producer.get("/api/receipts"))
+    withdraw(producer, producer.publish()["id"])
+    response, sql = queries_of(lambda: producer.get("/api/receipts"))
+    assert response.status_code == 200 and len(sql) == len(plain) + 1, "\n".join(sql)
+
+
+# --- the auditor's action ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def auditor(db: None) -> User:
+    user = User.objects.create_user("auditor", password="x", is_staff=True)
+    user.groups.add(Group.objects.get(name="Auditors"))
+    return user
+
+
+def test_an_auditor_withdraws_from_the_admin_after_a_confirmation_page(
+    producer: Producer, auditor: User
+) -> None:
+    answer = producer.publish()
+    stored = Receipt.objects.get(public_id=answer["id"])
+    desk = Client()
+    desk.force_login(auditor)
+    changelist = "/admin/receipts/receipt/"
+    chosen = {"action": "withdraw_receipts", "_selected_action": [str(stored.pk)]}
+    confirm = desk.post(changelist, chosen)
+    assert confirm.status_code == 200
+    assert b"Withdraw 1 receipt" in confirm.content
+    assert not Withdrawal.objects.exists()  # nothing happens before the confirmation
+    bad = desk.post(changelist, {**chosen, "confirm": "yes", "reason": "whim", "note": ""})
+    assert bad.status_code == 200 and not Withdrawal.objects.exists()
+    done = desk.post(
+        changelist, {**chosen, "confirm": "yes", "reason": "legal", "note": "A court order."}
+    )
+    assert done.status_code == 302
+    record = Withdrawal.objects.get()
+    assert (record.withdrawn_by, record.auditor, record.reason, record.api_key) == (
+        "auditor",
+        auditor,
+        "legal",
+        None,
+    )
+    assert Receipt.objects.get(pk=stored.pk).raw_bytes() == b""
+    page = Client().get(f"/run/{answer['id']}")
+    assert page.status_code == 410 and b"by an auditor, for a legal reason." in page.content
+    assert desk.get(f"/admin/receipts/receipt/{stored.pk}/change/").status_code == 200
+
+
+def test_staff_without_the_permission_cannot_withdraw(producer: Producer) -> None:
+    answer = producer.publish()
+    stored = Receipt.objects.get(public_id=answer["id"])
+    viewer = User.objects.create_user("viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_receipt"))
+    desk = Client()
+    desk.force_login(viewer)
+    desk.post(
+        "/admin/receipts/receipt/",
+        {
+            "action": "withdraw_receipts",
+            "_selected_action": [str(stored.pk)],
+            "confirm": "yes",
+            "reason": "legal",
+            "note": "",
+        },
+    )
+    assert not Withdrawal.objects.exists()
+
+
+# --- the database permits the erasure only after a withdrawal ------------------------------
+
+
+def erase_sql(receipt: Receipt) -> str:
+    sets = ", ".join(
+        f'"{f.column}" = '
+        + (
+            "NULL"
+            if service.erased_value(f) is None
+            else ("X''" if connection.vendor == "sqlite" else "''::bytea")
+            if isinstance(service.erased_value(f), bytes)
+            else "''"
+        )
+        for f in service.erased_fields(Receipt)
+    )
+    return f"UPDATE receipts_receipt SET {sets} WHERE id = {receipt.pk}"
+
+
+def assert_refused(sql: str) -> None:
+    before = snapshot("receipts_receipt")
+    with (
+        pytest.raises(Error, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(sql)
+    assert snapshot("receipts_receipt") == before
+
+
+def test_the_database_refuses_an_erasure_without_a_withdrawal(producer: Producer) -> None:
+    stored = Receipt.objects.get(public_id=producer.publish()["id"])
+    assert_refused(erase_sql(stored))
+    assert_refused(
+        f"UPDATE receipts_receipt SET canonical_bytes = "
+        f"{'X' if connection.vendor == 'sqlite' else ''}'' WHERE id = {stored.pk}"
+    )
+
+
+def test_after_a_withdrawal_the_database_still_refuses_every_other_change(
+    producer: Producer,
+) -> None:
+    first = Receipt.objects.get(public_id=producer.publish()["id"])
+    withdraw(producer, str(first.public_id))
+    withdrawn = Receipt.objects.get(pk=first.pk)
+    # Not another value of an erased column, nor a kept one changed alongside the erasure.
+    for sql in (
+        f"UPDATE receipts_receipt SET workflow_id = 'back' WHERE id = {first.pk}",
+        f"UPDATE receipts_receipt SET output_hash = '{'0' * 64}' WHERE id = {first.pk}",
+        erase_sql(withdrawn).replace(" WHERE", ", recorded_at = recorded_at + 0 WHERE")
+        if connection.vendor == "sqlite"
+        else erase_sql(withdrawn).replace(
+            " WHERE", ", recorded_at = recorded_at + interval '1s' WHERE"
+        ),
+        f"DELETE FROM receipts_receipt WHERE id = {first.pk}",
+    ):
+        assert_refused(sql)
+    # Another receipt of the tenant, not withdrawn, is still guarded.
+    other = Receipt.objects.get(public_id=producer.publish(idempotency_key="o/1")["id"])
+    assert_refused(erase_sql(other))
+
+
+@pytest.mark.parametrize("statement", STATEMENTS)
+def test_the_withdrawals_are_append_only(
+    producer: Producer, statement: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vendors, make, match = STATEMENTS[statement]
+    if connection.vendor not in vendors:
+        pytest.skip(f"{statement} is not {connection.vendor}'s")
+    withdraw(producer, producer.publish()["id"])
+    before = snapshot("receipts_withdrawal")
+    monkeypatch.setitem(immutability.CHANGE, "receipts_withdrawal", ("reason", "'other'"))
+    if statement == "truncate":
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # as test_immutability does
+    with pytest.raises(Error, match=match), transaction.atomic(), connection.cursor() as c:
+        c.execute(make("receipts_withdrawal"))
+    assert snapshot("receipts_withdrawal") == before
+
+
+def test_the_trigger_names_every_column_of_the_receipt(db: None) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'receipts_receipt_no_update'"
+            )
+        else:
+            cursor.execute(
+                "SELECT prosrc FROM pg_proc WHERE proname = 'receiptsite_receipt_change'"
+            )
+        (text,) = cursor.fetchone()
+    for field in Receipt._meta.concrete_fields:
+        assert f'NEW."{field.column}"' in text, field.column
+
+
+# --- end to end, through a live server --------------------------------------------------------
+
+
+# --- PostgreSQL: the site's own role, which owns nothing --------------------------------------
+
+
+

@@ -1,0 +1,92 @@
+"""bench/run.py end to end, tiny: a few hundred receipts on SQLite, one second of wrk per route.
+It must exit 0 (every checked answer right, no answer outside 2xx under load) and print a row
+of figures for every route, the targets and the query plans. No figure is judged here: speed
+figures come from the benchmark itself, run on a quiet machine.
+
+wrk is Debian's package, installed by the test command's set-up (scripts/test), not here: without
+it the test fails and says so."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = REPO / ".venv" / "bin" / "python"
+
+ROUTES = [
+    "raw WSGI baseline",
+    "/healthz",
+    "verify",
+    "page",
+    "list",
+    "list workflow_id",
+    "list phase",
+    "list subject_name",
+    "list session_id",
+    "list outcome",
+    "list since/until",
+    "ingest single",
+    "ingest batch",
+]
+NUMBER = r"[\d,]+(?:\.\d+)?"
+
+pytestmark = pytest.mark.live
+
+
+def figure(text: str) -> float:
+    """A printed figure: 1,011.9 is 1011.9 (run.py groups thousands)."""
+    return float(text.replace(",", ""))
+
+
+def test_the_load_benchmark_runs_and_prints_every_route() -> None:
+    # A failure, not a skip: a suite without wrk would quietly stop checking the benchmark.
+    # And not an install: run.py installs wrk for a person who runs it directly, as root, but
+    # the test command installs it before any test runs.
+    if shutil.which("wrk") is None:
+        pytest.fail(
+            "wrk is not installed. The test command's set-up installs Debian's wrk: run the "
+            "tests with scripts/test (as root), or install it: sudo apt-get install -y wrk",
+            pytrace=False,
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "DATABASE_URL"))}
+    done = subprocess.run(
+        [str(PYTHON if PYTHON.exists() else sys.executable), "bench/run.py", "--database",
+         "sqlite", "--receipts", "300", "--duration", "1", "--warmup", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )  # fmt: skip
+    output = done.stdout
+    assert done.returncode == 0, f"{output[-4000:]}\n{done.stderr[-4000:]}"
+    table = output.split("results at 300 receipts", 1)[1].split("targets", 1)[0]
+    for route in ROUTES:
+        # route, req/s, receipts/s (or -), p50, p99, non-2xx, socket errors, RSS, workers, load,
+        # then the ratios of req/s, p50, p99 and RSS to the raw baseline.
+        row = re.search(
+            rf"^{re.escape(route)}\s+({NUMBER})\s+({NUMBER}|-)\s+({NUMBER})\s+({NUMBER})\s+(\d+)"
+            rf"\s+(\d+)\s+({NUMBER})\s+(\d+)\s+({NUMBER}) \|(\s+x{NUMBER}){{4}}$",
+            table,
+            re.MULTILINE,
+        )
+        assert row, f"no row of figures for {route!r} in:\n{table}"
+        assert row.group(5) == "0", f"{route}: answers outside 2xx under load"
+        assert figure(row.group(7)) > 0, f"{route}: no worker's peak RSS was read"
+        if route.startswith("ingest"):
+            assert row.group(2) != "-", f"{route}: no receipts/s"
+    assert figure(re.search(rf"^verify\s+({NUMBER})", table, re.MULTILINE)[1]) > 0  # type: ignore[index]
+    for target in ("verify", "page", "ingest single", "ingest batch", "p99 < 50 ms"):
+        assert re.search(rf"{re.escape(target)}.*: (holds|MISSED)$", output, re.MULTILINE), target
+    plans = output.split("query plans at 300 receipts", 1)[1]
+    for route in ("verify", "page", "list workflow_id", "list since/until"):
+        assert re.search(rf"^  {re.escape(route)} \(", plans, re.MULTILINE), route
+    assert "SEARCH" in plans or "SCAN" in plans  # SQLite's EXPLAIN QUERY PLAN lines
+    assert "every checked answer was right" in output

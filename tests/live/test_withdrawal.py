@@ -1,0 +1,262 @@
+"""Withdrawal: POST /api/receipts/<id>/withdrawal (and the admin's action) erases a receipt's
+content and keeps its place in the log; the page and the verification answer 410; the list
+and the detail show it withdrawn; the database permits this one change, and only after a
+withdrawal record exists; and the content leaves SQLite's files (the database file and its
+write-ahead log), as read from the disk."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import sqlite3
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from receiptsite.integrity import merkle
+from tests.conftest import example_body
+from tests.livesite import LiveSite, is_postgres, suite_database_url
+
+pytestmark = pytest.mark.live
+
+
+# --- the tenant's route ------------------------------------------------------------------------
+
+
+# --- what the routes show afterwards ----------------------------------------------------------
+
+
+# --- the auditor's action ---------------------------------------------------------------------
+
+
+# --- the database permits the erasure only after a withdrawal ------------------------------
+
+
+# --- end to end, through a live server --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[LiveSite]:
+    with LiveSite(workers=2) as site:
+        yield site
+
+
+def marked_body(marker: str) -> dict[str, Any]:
+    return example_body(
+        workflow_id=f"wf-{marker}",
+        idempotency_key=f"key-{marker}",
+        session_id=f"session-{marker}",
+        subject={"type": "tool", "name": f"tool-{marker}"},
+        # Long enough for SQLite's overflow pages and PostgreSQL's TOAST.
+        result=f"The customer {marker} " + "lorem ipsum " * 400 + f"again {marker}",
+        input_summary=f"Summary naming {marker}",
+    )
+
+
+@pytest.mark.live
+def test_end_to_end_through_a_live_server(live: LiveSite) -> None:
+    marker = secrets.token_hex(12)
+    stored = live.post("/api/receipts", marked_body(marker))
+    assert stored.status == 201, stored
+    receipt_id = stored.json()["id"]
+    before = live.get(f"/api/receipt/{receipt_id}/verify").json()
+    assert before["status"] == "valid"
+    other_key = live.add_tenant("globex", "Globex")
+    path = f"/api/receipts/{receipt_id}/withdrawal"
+    assert live.post(path, {"reason": "secret"}, key=other_key).status == 404
+    assert live.post(path, {"reason": "nope"}).status == 422
+    done = live.post(path, {"reason": "personal_data", "note": "names a person"})
+    assert done.status == 201, done
+    again = live.post(path, {"reason": "other"})
+    assert again.status == 201 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == done.json()
+    # Withdrawals of one receipt at once: one record, every answer the first one.
+    racing = live.post("/api/receipts", marked_body(secrets.token_hex(8))).json()["id"]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(
+            pool.map(
+                lambda _: live.post(f"/api/receipts/{racing}/withdrawal", {"reason": "legal"}),
+                range(6),
+            )
+        )
+    assert {a.status for a in answers} == {201}
+    assert len({a.text for a in answers}) == 1
+    assert sum(a.headers.get("Idempotent-Replayed") != "true" for a in answers) == 1
+
+    verify = live.get(f"/api/receipt/{receipt_id}/verify")
+    assert verify.status == 410, verify
+    body = verify.json()
+    assert body["status"] == "withdrawn" and body["reason"] == "personal_data"
+    log = body["log"]
+    leaf = base64.b64decode(body["leaf_hash"])
+    assert leaf == merkle.leaf_hash(base64.b64decode(before["canonical_bytes"]))
+    assert merkle.verify_inclusion(
+        leaf,
+        log["index"],
+        log["tree_size"],
+        [base64.b64decode(p) for p in log["inclusion_proof"]],
+        base64.b64decode(log["root_hash"]),
+    )
+    assert log["checkpoint"] == live.get("/api/log/checkpoint").text
+    page = live.get(f"/run/{receipt_id}")
+    assert page.status == 410 and "by the publisher, for personal data." in page.text
+    detail = live.get(f"/api/receipts/{receipt_id}", key=live.api_key).json()
+    assert detail["withdrawn_at"] == done.json()["withdrawn_at"] and "document" not in detail
+    assert marker not in verify.text + page.text + json.dumps(detail)
+    assert "OK:" in live.manage("checklog")
+    entries = live.get("/api/audit-logs", key=live.api_key).json()["entries"]
+    assert entries[1]["route"] == "POST /api/receipts/{id}/withdrawal"
+    assert receipt_id not in live.logs()
+    assert "could not scrub" not in live.logs() and "still in use" not in live.logs()
+    if is_postgres(live.database_url):
+        import psycopg
+
+        # The old row version went with a VACUUM right after the commit (the site's owner
+        # role here may run it), not whenever autovacuum comes by.
+        with psycopg.connect(live.database_url) as owner:
+            (vacuumed,) = owner.execute(
+                "SELECT last_vacuum FROM pg_stat_user_tables WHERE relname = 'receipts_receipt'"
+            ).fetchone() or (None,)
+        assert vacuumed is not None
+
+
+@pytest.mark.live
+def test_the_database_refuses_a_raw_erasure_without_a_withdrawal_on_a_live_site(
+    live: LiveSite,
+) -> None:
+    stored = live.post("/api/receipts", marked_body(secrets.token_hex(8)))
+    receipt_id = stored.json()["id"]
+    if is_postgres(live.database_url):
+        import psycopg
+
+        with (
+            psycopg.connect(live.database_url) as db,
+            pytest.raises(psycopg.errors.RestrictViolation, match="append-only"),
+        ):
+            db.execute(
+                "UPDATE receipts_receipt SET canonical_bytes = ''::bytea, "
+                "workflow_id = '' WHERE public_id = %s",
+                [receipt_id],
+            )
+    else:
+        lite = sqlite3.connect(live.database_url.removeprefix("sqlite:///"))
+        try:
+            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+                lite.execute(
+                    "UPDATE receipts_receipt SET canonical_bytes = X'' WHERE public_id = ?",
+                    [receipt_id.replace("-", "")],
+                )
+        finally:
+            lite.close()
+    assert live.get(f"/api/receipt/{receipt_id}/verify").json()["status"] == "valid"
+
+
+def database_files(site: LiveSite) -> list[Path]:
+    main = Path(site.database_url.removeprefix("sqlite:///"))
+    return [p for p in (main, Path(f"{main}-wal"), Path(f"{main}-journal")) if p.exists()]
+
+
+@pytest.mark.live
+@pytest.mark.skipif(is_postgres(suite_database_url()), reason="reads SQLite's own files")
+def test_the_content_leaves_sqlites_files_and_its_write_ahead_log(live: LiveSite) -> None:
+    marker = secrets.token_hex(12)
+    kept_marker = secrets.token_hex(12)
+    stored = live.post("/api/receipts", marked_body(marker)).json()
+    live.post("/api/receipts", marked_body(kept_marker))
+
+    def on_disk(text: str) -> bool:
+        return any(text.encode() in path.read_bytes() for path in database_files(live))
+
+    assert on_disk(marker) and on_disk(kept_marker)  # the test can see content on the disk
+    answer = live.post(f"/api/receipts/{stored['id']}/withdrawal", {"reason": "personal_data"})
+    assert answer.status == 201
+    assert not on_disk(marker)
+    assert on_disk(kept_marker)
+    wal = Path(live.database_url.removeprefix("sqlite:///") + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert live.get(f"/api/receipt/{stored['id']}/verify").status == 410
+
+
+# --- PostgreSQL: the site's own role, which owns nothing --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def role_site() -> Iterator[Any]:
+    from tests.live.test_row_level_security import RoleSite, _admin_connect
+
+    server = suite_database_url()
+    role = f"receiptsite_site_{secrets.token_hex(5)}"
+    with _admin_connect(server) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE")
+    try:
+        live = RoleSite(workers=2, role=role, env={"DATABASE_SITE_ROLE": role})
+        with live:
+            live.other_key = live.add_tenant("globex", "Globex")
+            yield live
+    finally:
+        with _admin_connect(server) as admin:
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not is_postgres(suite_database_url()), reason="PostgreSQL's roles")
+def test_the_site_role_erases_only_through_a_withdrawal_of_its_own_tenant(role_site: Any) -> None:
+    import psycopg
+
+    site = role_site
+    ours = site.post("/api/receipts", marked_body("ours")).json()["id"]
+    kept = site.post("/api/receipts", marked_body("kept")).json()["id"]
+    theirs = site.post("/api/receipts", marked_body("theirs"), key=site.other_key).json()["id"]
+    done = site.post(f"/api/receipts/{ours}/withdrawal", {"reason": "legal"})
+    assert done.status == 201, done
+    assert site.get(f"/api/receipt/{ours}/verify").status == 410  # read by id, as the role
+    assert site.get(f"/run/{ours}").status == 410
+    with psycopg.connect(site.database_url) as owner:
+        rows = owner.execute("SELECT public_id::text, id FROM receipts_receipt").fetchall()
+        ids: dict[str, int] = {str(public): int(pk) for public, pk in rows}
+        tenants: dict[str, int] = dict(
+            owner.execute("SELECT slug, id FROM receipts_tenant").fetchall()
+        )
+        acme, globex = tenants["acme"], tenants["globex"]
+
+    def as_acme(sql: str, params: list[Any], error: type[Exception]) -> None:
+        with site.connect() as conn:
+            conn.execute("SELECT set_config('app.tenant_id', %s, true)", [str(acme)])
+            with pytest.raises(error):
+                conn.execute(sql, params)
+
+    # No UPDATE privilege on receipts at all, not even on its own.
+    as_acme(
+        "UPDATE receipts_receipt SET canonical_bytes = ''::bytea WHERE id = %s",
+        [ids[kept]],
+        psycopg.errors.InsufficientPrivilege,
+    )
+    # The owner's function erases only what a withdrawal permits.
+    as_acme("SELECT receiptsite_erase_withdrawn(%s)", [ids[kept]], psycopg.errors.RestrictViolation)
+    # Another tenant's receipt: a withdrawal for it cannot be written as that tenant...
+    as_acme(
+        "INSERT INTO receipts_withdrawal (receipt_id, receipt_public_id, tenant_id, "
+        "withdrawn_at, reason, note, withdrawn_by, api_key_id) SELECT %s, %s, %s, now(), "
+        "'other', '', 'publisher', (SELECT id FROM receipts_apikey LIMIT 1)",
+        [ids[theirs], theirs, globex],
+        psycopg.errors.InsufficientPrivilege,
+    )
+    # ...and one written under our own tenant does not let the function erase theirs.
+    with site.connect() as conn:
+        conn.execute("SELECT set_config('app.tenant_id', %s, true)", [str(acme)])
+        conn.execute(
+            "INSERT INTO receipts_withdrawal (receipt_id, receipt_public_id, "
+            "tenant_id, withdrawn_at, reason, note, withdrawn_by, api_key_id) "
+            "SELECT %s, %s, %s, now(), 'other', '', 'publisher', "
+            "(SELECT id FROM receipts_apikey WHERE tenant_id = %s LIMIT 1)",
+            [ids[theirs], theirs, acme, acme],
+        )
+        with pytest.raises(psycopg.errors.RestrictViolation):
+            conn.execute("SELECT receiptsite_erase_withdrawn(%s)", [ids[theirs]])
+    assert site.get(f"/api/receipt/{theirs}/verify").json()["status"] == "valid"
+    assert site.get(f"/api/receipt/{kept}/verify").json()["status"] == "valid"
+    assert "OK:" in site.manage("checklog")
