@@ -147,7 +147,7 @@ limit_request_line = 8190
 # point nobody knows which route was meant; so gunicorn's one writer of those pages
 # (gunicorn.util.write_error, called as util.write_error by its workers, the same from
 # gunicorn 23 to 27) is replaced here, in the master, before any worker forks: every such
-# answer is problem+json, whatever the path. tests/test_http_edges.py checks it live.
+# answer is problem+json, whatever the path. tests/live/test_http_edges.py checks it live.
 _PROBLEMS = {
     400: ("bad-request", "Bad request"),
     403: ("forbidden", "Forbidden"),
