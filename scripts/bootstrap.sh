@@ -37,3 +37,22 @@ bootstrap() {
     touch "$stamp"
   fi
 }
+
+bootstrap_test_packages() {
+  # Debian packages the tests use: chromium for the browser tests, gettext for the check that
+  # the translation catalogues hold exactly the strings the code marks, wrk for the smoke test
+  # of bench/run.py.
+  missing=()
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v xgettext >/dev/null 2>&1 || missing+=(gettext)
+  command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+  if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+      echo "Installing Debian's ${missing[*]} for the tests..."
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
+    else
+      echo "The tests need Debian's ${missing[*]}: sudo apt-get install -y ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+}

@@ -208,6 +208,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if marks != COSTS[folder]:
             raise pytest.UsageError(f"{item.nodeid}: a test in tests/{folder} must be marked "
                                     f"{sorted(COSTS[folder])}, not {sorted(marks)}")
-        if folder == "unit" and {"db", "transactional_db"} & set(item.fixturenames):
+        if folder == "unit" and {"db", "transactional_db"} & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid}: uses the database, so it belongs in "
                                     "tests/db")

@@ -87,6 +87,7 @@ SITE_VARIABLES = {
     "QUICKSTART_ADDRPORT",
     "AUDIT_LOG_DAYS",
     "REDIS_URL",
+    "STATIC_ROOT",
 }
 
 COMMAND_TIMEOUT = 120  # seconds, for one manage.py command
@@ -333,6 +334,8 @@ class LiveSite:
             "RATE_LIMITS": "off",
             "LOG_STATE_FILE": str(self.tmp / "log-state.json"),
             "VAR_DIR": str(self.tmp / "var"),
+            # The run's own: two runs at once (.ci/run's) never write each other's files.
+            "STATIC_ROOT": str(run_folder() / "static"),
             "DEBUG": "false",
             "PYTHONUNBUFFERED": "1",
             **self.env,

@@ -72,6 +72,7 @@ def site_environment(database_url: str, tmp: Path) -> dict[str, str]:
         "RATE_LIMITS": "off",
         "LOG_STATE_FILE": str(tmp / "log-state.json"),
         "VAR_DIR": str(tmp / "var"),
+        "STATIC_ROOT": str(tmp / "static"),
         "DEBUG": "false",
         "PYTHONUNBUFFERED": "1",
     }

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from receiptsite_client.bundle import verify_bundle
+from receiptsite_client.verify import verify_bundle
 
 from receiptsite.config import rate_limits
 from tests.conftest import Producer

@@ -37,7 +37,7 @@ ROUTES = [
 ]
 NUMBER = r"[\d,]+(?:\.\d+)?"
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
 
 def figure(text: str) -> float:

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from receiptsite_client.bundle import BUNDLE_CHECK_NAMES
-from receiptsite_client.tlogproof import parse_tlog_proof
+from receiptsite_client.verify import BUNDLE_CHECK_NAMES, parse_tlog_proof
 
 from receiptsite.integrity import merkle, tlogproof
 from receiptsite.integrity.encoding import b64decode

@@ -19,7 +19,7 @@ from tests.livesite import GUNICORN, REPO, LiveSite, free_port
 from tests.unit.test_configuration import BAD, TIMEOUT, assert_one_line, environment
 from tests.unit.test_configuration import folder as folder  # the fixture
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
 
 @pytest.fixture

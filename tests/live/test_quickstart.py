@@ -14,7 +14,7 @@ import pytest
 
 from tests.livesite import PYTHON, REPO, SITE_VARIABLES
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
 
 def test_quickstart_sets_up_everything_from_nothing(tmp_path: Path) -> None:

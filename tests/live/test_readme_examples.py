@@ -16,7 +16,7 @@ import pytest
 
 from tests.livesite import REPO, VENV_BIN, LiveSite
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
 SECTION = "## Publishing from an agent"
 OFFLINE = {

@@ -53,6 +53,13 @@ import crewai
 from crewai import Task
 from crewai.tasks.task_output import TaskOutput
 
+from receiptsite_client._adapters import (
+    MAX_ID,
+    MAX_LIST_TEXT,
+    attempt_field,
+    framework_field,
+    receipt_document,
+)
 from receiptsite_client.redaction import redact_text
 
 __all__ = ["ReceiptError", "ReceiptKey", "ReceiptTaskCallback", "receipt_task_callback"]
@@ -63,7 +70,6 @@ FRAMEWORK_NAME = "crewai"
 PHASE = "completion"
 NAME_LIMIT = 80  # code points of a description used as a task's name
 KEY_LIMIT = 200  # an idempotency key's maximum length (receipt/v1)
-TEXT_ITEM_LIMIT = 500  # an `observed` entry's maximum length (receipt/v1)
 
 
 class ReceiptKey(NamedTuple):
@@ -95,7 +101,7 @@ def _clean_identifier(text: str) -> str:
     """An identifier the site accepts: secrets replaced (the site refuses identifiers that
     look like one), one line, at most 200 code points, never empty."""
     redacted, _ = redact_text(text)
-    return _short(redacted, 200) or "task"
+    return _short(redacted, MAX_ID) or "task"
 
 
 def _idempotency_key(workflow_id: str, task: str, phase: str, attempt: int) -> str:
@@ -317,23 +323,17 @@ class ReceiptTaskCallback:
         crew_id = str(crew.id) if crew is not None and not isinstance(crew, str) else None
         agent_role = output.agent or ""
 
-        framework: dict[str, Any] = {
-            "name": FRAMEWORK_NAME,
-            "version": crewai.__version__,
-            "run_id": task_id,
-            "parent_run_id": execution_id or crew_id,
-        }
         metadata: dict[str, Any] = {
             "crewai.crew_id": crew_id,
             "crewai.execution_id": execution_id,
-            "crewai.agent_role": _short(agent_role, TEXT_ITEM_LIMIT) if agent_role else None,
+            "crewai.agent_role": _short(agent_role, MAX_LIST_TEXT) if agent_role else None,
             "crewai.output_format": str(getattr(output.output_format, "value", "")) or None,
         }
         observed = [
             _short(
                 f"CrewAI reported that the task {name!r} completed"
                 + (f", run by the agent {agent_role!r}." if agent_role else "."),
-                TEXT_ITEM_LIMIT,
+                MAX_LIST_TEXT,
             )
         ]
         failures = list(output.tool_failures or [])
@@ -344,39 +344,46 @@ class ReceiptTaskCallback:
                 _short(
                     f"{len(failures)} tool call(s) reported a failure during the task ({tools});"
                     " its output may be incomplete.",
-                    TEXT_ITEM_LIMIT,
+                    MAX_LIST_TEXT,
                 )
             )
         for field, value in self.metadata.items():
             metadata.setdefault(field, value)
 
-        attempt_doc: dict[str, Any] = {"number": attempt}
-        if prior is not None:
-            attempt_doc["prior_attempt_id"] = prior
-        document: dict[str, Any] = {
-            "workflow_id": self.workflow_id,
-            "step_id": name,
-            "attempt": attempt_doc,
-            "phase": PHASE,
-            "subject": {"type": "task", "name": name},
-            "framework": {k: v for k, v in framework.items() if v},
-            "outcome": "succeeded",
-            "ended_at": _aware(getattr(task, "end_time", None)) or datetime.now(UTC).isoformat(),
-            "input_summary": output.description,
-            "result": output.raw if output.raw else str(output),
-            "observed": observed,
-            "not_observed": ["Whether the task's output is correct, or was used afterwards."],
-            "idempotency_key": idempotency_key,
-            "metadata": {k: v for k, v in metadata.items() if v is not None},
-        }
         started = getattr(task, "start_time", None)
         ended = getattr(task, "end_time", None)
+        duration_ms = None  # CrewAI kept no timing, or a clock that went back
         if isinstance(started, datetime) and isinstance(ended, datetime) and ended >= started:
-            document["started_at"] = _aware(started)
-            document["duration_ms"] = int((ended - started).total_seconds() * 1000)
-        if self.parent_idempotency_key:
-            document["links"] = {"parent_idempotency_key": self.parent_idempotency_key}
-        return document
+            duration_ms = int((ended - started).total_seconds() * 1000)
+        return receipt_document(
+            workflow_id=self.workflow_id,
+            step_id=name,
+            attempt=attempt_field(attempt, prior),
+            phase=PHASE,
+            subject_type="task",
+            subject_name=name,
+            framework=framework_field(
+                FRAMEWORK_NAME,
+                crewai.__version__,
+                task_id,
+                parent_run_id=execution_id or crew_id,
+            ),
+            outcome="succeeded",
+            started_at=_aware(started) if duration_ms is not None else None,
+            ended_at=_aware(ended) or datetime.now(UTC).isoformat(),
+            duration_ms=duration_ms,
+            input_summary=output.description,
+            result=output.raw if output.raw else str(output),
+            observed=observed,
+            not_observed=["Whether the task's output is correct, or was used afterwards."],
+            links=(
+                {"parent_idempotency_key": self.parent_idempotency_key}
+                if self.parent_idempotency_key
+                else None
+            ),
+            idempotency_key=idempotency_key,
+            metadata={k: v for k, v in metadata.items() if v is not None},
+        )
 
 
 def receipt_task_callback(

@@ -27,7 +27,7 @@ from receiptsite_client.redaction import (
 
 # The free-text fields of receipt/v1 (JSON Pointers; "*" is every entry of a list, or every
 # value of the metadata object), and whether each is cut to the text limit. The site's
-# declaration (receiptsite.receipts.evidence) is the source; a test compares the two.
+# declaration (receiptsite.evidence.declaration) is the source; a test compares the two.
 FREE_TEXT: Final[dict[str, bool]] = {
     "/input_summary": True,
     "/result": True,

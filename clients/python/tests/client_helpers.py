@@ -1,23 +1,32 @@
 """Helpers for the client's tests: a valid receipt document, reading back what a live site
-stored, and a small scripted HTTP server of the test's own on loopback."""
+stored, a small scripted HTTP server of the test's own on loopback, and the receipt-outbox
+command."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
-from tests.live import LiveSite
+# The one place the client's tests name the site's test harness (tests/livesite.py): a
+# real gunicorn on a database of its own; every test module takes LiveSite from here.
+from tests.livesite import PYTHON as PYTHON
+from tests.livesite import LiveSite as LiveSite
 
 # CrewAI's telemetry, tracing and version check off. CrewAI starts its telemetry (an
 # OpenTelemetry exporter thread that calls telemetry.crewai.com) when it is first imported,
 # at collection, before any fixture runs: conftest.py sets these for the whole session, and
-# test_crewai_adapter.py's fixture sets them again around each test.
+# crewai_helpers.crewai_offline sets them again around each test.
 CREWAI_OFFLINE = {
     "CREWAI_DISABLE_TELEMETRY": "true",
     "OTEL_SDK_DISABLED": "true",
@@ -25,6 +34,13 @@ CREWAI_OFFLINE = {
     "CREWAI_TRACING_ENABLED": "false",
     "CREWAI_DISABLE_VERSION_CHECK": "true",
 }
+
+
+# A site address where nothing listens, for a client that must never reach a site. Port 9
+# (discard) is below 1024: every server these tests start binds port 0, and the kernel never
+# hands out a port that low, so no test's server can appear there (a freed ephemeral port, as
+# conftest's refused_url gives, could be taken by another worker's site meanwhile).
+NO_SITE = "http://127.0.0.1:9"
 
 
 def document(workflow_id: str, **changes: Any) -> dict[str, Any]:
@@ -187,3 +203,17 @@ def created(receipt_id: str, base: str = "http://testserver") -> Reply:
         "log_index": 0,
     }
     return 201, {"Content-Type": "application/json"}, json.dumps(body).encode()
+
+
+# receipt-outbox, the installed command, run as a user runs it (a subprocess).
+OUTBOX_COMMAND = shutil.which("receipt-outbox", path=str(Path(sys.executable).parent))
+
+
+def run_outbox(*args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+    assert OUTBOX_COMMAND, "receipt-outbox is not installed beside this python"
+    env = {k: v for k, v in os.environ.items() if k != "RECEIPTSITE_API_KEY"}
+    if key is not None:
+        env["RECEIPTSITE_API_KEY"] = key
+    return subprocess.run(
+        [OUTBOX_COMMAND, *args], capture_output=True, text=True, env=env, timeout=120
+    )

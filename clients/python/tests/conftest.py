@@ -2,8 +2,8 @@
 that refuses; helpers (a valid document, a scripted HTTP server of our own, reading what the
 site stored) are in client_helpers.py.
 
-The client's tests never touch Django: they speak HTTP to a real gunicorn (tests.live). Keep
-this folder without an __init__.py: as a package it would be named `tests` and shadow the
+The client's tests never touch Django: they speak HTTP to a real gunicorn (tests/livesite.py).
+Keep this folder without an __init__.py: as a package it would be named `tests` and shadow the
 site's.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from client_helpers import CREWAI_OFFLINE
+from client_helpers import CREWAI_OFFLINE, LiveSite
 
-from tests.live import LiveSite
+from tests.livesite import end_run, start_run
 
 os.environ.update(CREWAI_OFFLINE)  # before any test module imports crewai (client_helpers)
 
@@ -67,3 +67,24 @@ def refused_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    start_run(config)  # the folder the run's processes share (tests/livesite.py)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    end_run(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each of the client's test modules says what it costs: `unit` (no site, no database) or
+    `live` (a real gunicorn), never both, so that `-m "not live"` is the fast loop."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if Path(str(item.path)).resolve().parent != here:
+            continue  # the site's tests (tests/conftest.py checks them)
+        marks = {m.name for m in item.iter_markers()} & {"unit", "live"}
+        if len(marks) != 1:
+            raise pytest.UsageError(f"{item.nodeid}: a client test module is marked either "
+                                    f"unit or live, not {sorted(marks) or 'neither'}")

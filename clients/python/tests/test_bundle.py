@@ -3,7 +3,7 @@
 The bundle vectors (vectors/bundles/, listed in vectors/manifest.json under "bundles"), each
 checked with its keys pinned, by the installed command and by the library; the tlog-proof
 reader against the format's published examples and corrupted variants of them. The site's own
-bundle route is driven end to end in tests/test_bundle.py.
+bundle route is driven end to end in tests/live/test_bundle.py.
 """
 
 from __future__ import annotations
@@ -11,28 +11,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from receiptsite_client.bundle import BUNDLE_CHECK_NAMES, verify_bundle
-from receiptsite_client.tlogproof import TlogProof, parse_tlog_proof
+from receiptsite_client.verify.bundle import BUNDLE_CHECK_NAMES, verify_bundle
+from receiptsite_client.verify.tlogproof import TlogProof, parse_tlog_proof
+from vector_helpers import EXIT, MANIFEST, VECTORS, load, run
 
-REPO = Path(__file__).resolve().parents[3]
-VECTORS = REPO / "vectors"
-CLI = REPO / ".venv" / "bin" / "receipt-verify"
-MANIFEST: dict[str, Any] = json.loads((VECTORS / "manifest.json").read_text("utf-8"))
+pytestmark = pytest.mark.unit
+
+
 BUNDLES: list[dict[str, Any]] = MANIFEST["bundles"]
-EXIT = {"valid": 0, "invalid": 1, "could_not_check": 2}
-
-
-def load(name: str) -> Any:
-    return json.loads((VECTORS / name).read_text("utf-8"))
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=60)
 
 
 # --- the vectors ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The client against a real site (tests.live: gunicorn, its own database, HTTP only): record,
-the site being down, flush, refusals, replays, batches; and retries honouring Retry-After,
+"""The client against a real site (tests/livesite.py: gunicorn, its own database, HTTP only):
+record, the site being down, flush, refusals, replays, batches; and retries honouring Retry-After,
 through a small HTTP server of the test's own on loopback that answers 503/429 first and then
 forwards to the live site (a real server in front of a real site; nothing of the client is
 replaced)."""
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from client_helpers import (
+    LiveSite,
     ScriptedServer,
     document,
     problem,
@@ -21,8 +22,6 @@ from client_helpers import (
 )
 from receiptsite_client import Client, Entry
 from receiptsite_client.redaction import REDACTED
-
-from tests.live import LiveSite
 
 pytestmark = pytest.mark.live
 

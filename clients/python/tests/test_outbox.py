@@ -1,17 +1,17 @@
-"""The durable outbox: what is written before any network call, that nothing in it is ever
-overwritten, the claims that let two processes flush one outbox at once, a process killed in
-the middle of a POST, and the hand-off text rendered from it.
+"""The durable outbox with no site: what is written before any network call, that nothing in
+it is ever overwritten, the claims that let two processes flush one outbox at once, and the
+hand-off text rendered from it. Against a real site (a process killed in the middle of a POST,
+two processes flushing at once): test_outbox_live.py.
 
-Where publication is involved the site is real (tests.live), or a real loopback server of the
-test's own; "down" is a port where nothing listens, "stalled" one whose connections are
-accepted by the kernel and never answered.
+Where publication is involved the server is a real loopback server of the test's own; "down"
+is a port where nothing listens, "stalled" one whose connections are accepted by the kernel
+and never answered.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -22,13 +22,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from client_helpers import ScriptedServer, created, document, problem, site_keys
+from client_helpers import ScriptedServer, created, document, problem
 from receiptsite_client import Client, IdempotencyKeyReused
 from receiptsite_client.document import FREE_TEXT, _free_texts
 from receiptsite_client.outbox import NewEntry, Outbox, Outcome, new_owner
 from receiptsite_client.redaction import REDACTED
 
-from tests.live import LiveSite
+pytestmark = pytest.mark.unit
+
 
 OPENAI_KEY = "sk-proj-4f9Qa81Lm2Zx7Rt0Yb3Kc6Wd"
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
@@ -256,133 +257,6 @@ def test_a_claim_holds_an_entry_until_released_expired_or_its_process_is_gone(
     assert fourth not in outbox.claim(owner=new_owner(), lease_until=later, limit=10)
 
 
-# --- a process killed in the middle; two processes at once ----------------------------------
-
-CHILD_RECORD = textwrap.dedent(
-    """
-    import sys
-    from receiptsite_client import Client
-
-    url, outbox, workflow_id, tool_log = sys.argv[1:]
-    with open(tool_log, "a") as log:  # the tool: runs once, before its receipt is recorded
-        log.write("ran\\n")
-    client = Client(url, "rk_000000000000_child", outbox, deadline=300, request_timeout=300)
-    client.record({
-        "workflow_id": workflow_id, "phase": "end", "outcome": "succeeded",
-        "subject": {"type": "tool", "name": "charge_card"}, "result": "charged 40 EUR",
-    })
-    print("record returned", flush=True)
-    """
-)
-
-
-@pytest.mark.live
-def test_a_process_killed_between_the_outbox_write_and_the_answer_is_flushed_after_restart(
-    live_site: LiveSite,
-    outbox_path: Path,
-    tmp_path: Path,
-    stalled_url: tuple[str, socket.socket],
-    workflow_id: str,
-) -> None:
-    url, listener = stalled_url
-    tool_log = tmp_path / "tool.log"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD_RECORD, url, str(outbox_path), workflow_id, str(tool_log)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        # The child's POST arrives at an address that never answers: it is in flight.
-        listener.settimeout(30)
-        connection, _ = listener.accept()
-        connection.settimeout(10)
-        request = b""
-        while b"charged 40 EUR" not in request:
-            chunk = connection.recv(65536)
-            assert chunk, "the child closed the connection"
-            request += chunk
-        assert request.startswith(b"POST /api/receipts HTTP/1.1")
-        [entry] = Outbox(outbox_path).entries(workflow_id)
-        assert (entry.receipt_status, entry.publish_attempts) == ("pending", 0)
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=10)
-        connection.close()
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    assert child.returncode == -signal.SIGKILL
-    assert child.stdout is not None and b"record returned" not in child.stdout.read()
-
-    # After the restart: the claim of the dead process holds nothing back.
-    client = Client(live_site.url, live_site.api_key, outbox_path)
-    [flushed] = client.flush(deadline=20)
-    assert flushed.idempotency_key == entry.idempotency_key
-    assert flushed.receipt_status == "published"
-    assert site_keys(live_site, workflow_id) == [entry.idempotency_key]
-    kinds = [e["kind"] for e in client.outbox.events(entry.idempotency_key)]
-    assert kinds == ["written", "claim", "claim", "attempt", "release"]
-    assert tool_log.read_text() == "ran\n"
-    assert client.flush() == []
-
-
-CHILD_FLUSH = textwrap.dedent(
-    """
-    import json, sys, time
-    from receiptsite_client import Client
-
-    url, key, outbox, start_at = sys.argv[1:]
-    client = Client(url, key, outbox)
-    time.sleep(max(0.0, float(start_at) - time.time()))
-    entries = client.flush(deadline=60, chunk=3)
-    print(json.dumps([[e.idempotency_key, e.receipt_status] for e in entries]))
-    """
-)
-
-
-@pytest.mark.live
-def test_two_processes_flushing_one_outbox_at_once_publish_each_receipt_once(
-    live_site: LiveSite, outbox_path: Path, refused_url: str, workflow_id: str
-) -> None:
-    count = 30
-    down = Client(refused_url, live_site.api_key, outbox_path, deadline=0.1)
-    pending = down.record_batch([document(workflow_id, step_id=f"step-{n}") for n in range(count)])
-    assert {e.receipt_status for e in pending} == {"pending"}
-    keys = sorted(e.idempotency_key for e in pending)
-    attempts_before = len([e for e in down.outbox.events() if e["kind"] == "attempt"])
-
-    start_at = str(time.time() + 3)
-    children = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                CHILD_FLUSH,
-                live_site.url,
-                live_site.api_key,
-                str(outbox_path),
-                start_at,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for _ in range(2)
-    ]
-    outputs = []
-    for child in children:
-        out, err = child.communicate(timeout=120)
-        assert child.returncode == 0, err.decode()
-        outputs.append(json.loads(out))
-
-    flushed = [key for output in outputs for key, status in output if status == "published"]
-    assert sorted(flushed) == keys  # every key, and none by both processes
-    assert site_keys(live_site, workflow_id) == keys  # one receipt per key on the site
-    attempts = [e for e in down.outbox.events() if e["kind"] == "attempt"][attempts_before:]
-    assert len(attempts) == count  # each POSTed once
-    assert {(a["receipt_status"], a["replayed"]) for a in attempts} == {("published", 0)}
-    assert {e.receipt_status for e in down.entries(workflow_id)} == {"published"}
-
-
 # --- the hand-off text -----------------------------------------------------------------------
 
 
@@ -464,8 +338,8 @@ def test_the_handoff_lists_each_receipt_with_its_status(
 
 def test_the_free_text_fields_are_those_of_the_site_declaration() -> None:
     """The client redacts exactly the fields the site treats as free text: the site's own
-    declaration (receiptsite.receipts.redact, imported by this test only) finds the same."""
-    from receiptsite.receipts.redact import free_texts
+    declaration (receiptsite.evidence.redaction, imported by this test only) finds the same."""
+    from receiptsite.evidence.redaction import free_texts
 
     doc = document(
         "wf",

@@ -1,10 +1,9 @@
-"""receipt-verify, the verifier that trusts nothing but the key it is given.
+"""receipt-verify, the verifier that trusts nothing but the key it is given, with no site.
 
-Offline: the installed console script (a subprocess, as a user runs it) and the library
-function on every conformance vector in vectors/ with the keys pinned: exit 0 for the valid
-ones, 1 for each corrupted one, with exactly the checks the manifest names failing. Live: a
-real site (tests/live.py) checked from a /run/<id> URL and a verify URL, with and without a
-pinned key, a key that is not the site's, and the site stopped.
+The installed console script (a subprocess, as a user runs it) and the library function on every
+conformance vector in vectors/ with the keys pinned: exit 0 for the valid ones, 1 for each
+corrupted one, with exactly the checks the manifest names failing; RFC 8785, thumbprints, a
+withdrawn receipt and key compromise. Against a real site: test_verify_live.py.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,31 +26,12 @@ from receiptsite_client.verify import (
     jwk_thumbprint,
     verify_verification,
 )
+from vector_helpers import EXIT, MANIFEST, PYTHON, VECTORS, fresh_x, load, run
 
-REPO = Path(__file__).resolve().parents[3]
-VECTORS = REPO / "vectors"
-CLI = REPO / ".venv" / "bin" / "receipt-verify"
-PYTHON = REPO / ".venv" / "bin" / "python"
-MANIFEST: dict[str, Any] = json.loads((VECTORS / "manifest.json").read_text("utf-8"))
+pytestmark = pytest.mark.unit
+
+
 ENTRIES: list[dict[str, Any]] = MANIFEST["vectors"]
-EXIT = {"valid": 0, "invalid": 1, "could_not_check": 2}
-
-
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=timeout)
-
-
-def load(name: str) -> Any:
-    return json.loads((VECTORS / name).read_text("utf-8"))
-
-
-def fresh_x() -> str:
-    raw = (
-        Ed25519PrivateKey.generate()
-        .public_key()
-        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    )
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def by_name(name: str) -> dict[str, Any]:
@@ -360,84 +339,6 @@ def test_the_verifier_imports_nothing_but_the_standard_library_and_cryptography(
     )
     assert outside == set(), outside
     assert "cryptography" in loaded
-
-
-# --- a live site ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def live() -> Iterator[dict[str, Any]]:
-    from tests.examples import EXAMPLE_BODY
-    from tests.live import LiveSite
-
-    with LiveSite(workers=2) as site:
-        answer = site.post("/api/receipts", {**EXAMPLE_BODY, "idempotency_key": "verify-live"})
-        assert answer.status == 201, answer
-        keys = site.get("/.well-known/receipt-keys.json").json()
-        yield {"site": site, "receipt": answer.json(), "keys": keys}
-
-
-@pytest.mark.live
-def test_a_receipt_link_verifies_against_the_published_key(live: dict[str, Any]) -> None:
-    done = run(live["receipt"]["url"])
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Verdict: VALID" in done.stdout
-    assert "not independent of the site" in done.stdout
-    assert live["receipt"]["id"] in done.stdout
-
-
-@pytest.mark.live
-def test_a_verify_url_verifies_and_a_pinned_key_needs_no_trust(live: dict[str, Any]) -> None:
-    done = run(live["receipt"]["verify_url"], "--json")
-    assert done.returncode == 0, done.stdout
-    assert json.loads(done.stdout)["status"] == "valid"
-    x = live["keys"]["keys"][0]["x"]
-    pinned = run(live["receipt"]["url"], "--key", x)
-    assert pinned.returncode == 0, pinned.stdout
-    assert "not independent" not in pinned.stdout
-
-
-@pytest.mark.live
-def test_a_pinned_key_that_is_not_the_sites_is_invalid(
-    live: dict[str, Any], tmp_path: Path
-) -> None:
-    done = run(live["receipt"]["url"], "--key", fresh_x(), "--json")
-    assert done.returncode == 1, done.stdout
-    failed = [c["name"] for c in json.loads(done.stdout)["checks"] if c["result"] == "fail"]
-    assert failed == ["signature", "checkpoint_signature"]
-    # The same with another site's keys document in a file.
-    other = load("keys.json")
-    (tmp_path / "other-keys.json").write_text(json.dumps(other))
-    assert run(live["receipt"]["url"], "--key", str(tmp_path / "other-keys.json")).returncode == 1
-
-
-@pytest.mark.live
-def test_an_unknown_receipt_cannot_be_checked(live: dict[str, Any]) -> None:
-    done = run(f"{live['site'].url}/run/00000000-0000-4000-8000-000000000000")
-    assert done.returncode == 2
-    assert "404" in done.stdout
-
-
-@pytest.mark.live
-def test_with_the_site_stopped_only_a_saved_verification_and_a_pinned_key_work(
-    live: dict[str, Any], tmp_path: Path
-) -> None:
-    site = live["site"]
-    saved = tmp_path / "verify.json"
-    saved.write_text(site.get(f"/api/receipt/{live['receipt']['id']}/verify").text)
-    keys = tmp_path / "keys.json"
-    keys.write_text(json.dumps(live["keys"]))
-    assert run(str(saved)).returncode == 0  # the keys come from keys_url while it answers
-    site.stop()
-    try:
-        done = run(live["receipt"]["url"], timeout=90)
-        assert done.returncode == 2, done.stdout
-        assert "cannot reach" in done.stdout
-        assert run(live["receipt"]["url"], "--key", str(keys)).returncode == 2
-        assert run(str(saved)).returncode == 2  # no key: keys_url is down
-        assert run(str(saved), "--key", str(keys)).returncode == 0
-    finally:
-        site._serve()
 
 
 def test_a_withdrawn_receipt_is_no_evidence_but_its_place_in_the_log_still_checks() -> None:

@@ -1,4 +1,5 @@
-"""A reader of C2SP transparency log proofs (c2sp.org/tlog-proof), for receipt-verify.
+"""A reader of C2SP transparency log proofs (c2sp.org/tlog-proof), the log proof an offline
+bundle carries:
 
     c2sp.org/tlog-proof@v1
     [extra <base64>]
@@ -13,13 +14,13 @@ this module reads them on its own.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from dataclasses import dataclass
 
+from receiptsite_client.verify.encoding import b64decode
+from receiptsite_client.verify.merkle import HASH_SIZE
+
 HEADER = "c2sp.org/tlog-proof@v1"
-HASH_SIZE = 32
 MAX_HASHES = 64  # a tree of fewer than 2**64 leaves needs no more
 _INDEX = re.compile(r"index (0|[1-9][0-9]{0,19})")
 
@@ -34,8 +35,8 @@ class TlogProof:
 
 def _b64(line: str) -> bytes:
     try:
-        return base64.b64decode(line.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
+        return b64decode(line)
+    except ValueError:
         raise ValueError(f"{line[:60]!r} is not standard padded base64") from None
 
 

@@ -2,7 +2,7 @@
 
     {"bundle": "receipt-bundle/v1", "verification": …, "keys": …, "tlog_proof": "c2sp.org/…"}
 
-The verification is checked as any verification JSON is (verify.verify_verification); the
+The verification is checked as any verification JSON is (checks.verify_verification); the
 bundle adds one check, `tlog_proof`: its c2sp.org/tlog-proof text must parse, agree with the
 verification's `log` part (the same index, the same proof hashes, the same checkpoint text),
 and hold by itself, as standard tlog tooling would check it: the inclusion proof leads from the
@@ -15,26 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from receiptsite_client.tlogproof import TlogProof, parse_tlog_proof
-from receiptsite_client.verify import (
-    CHECK_NAMES,
-    FAIL,
-    HASH_SIZE,
-    PASS,
-    UNCHECKED,
-    Check,
-    Result,
-    TrustedKey,
-    _check_note,
-    b64decode,
-    leaf_hash,
-    parse_checkpoint,
-    parse_note,
-    trusted_keys,
-    verify_inclusion,
-    verify_verification,
-)
+from receiptsite_client.verify.checks import CHECK_NAMES, check_checkpoint, verify_verification
+from receiptsite_client.verify.encoding import b64decode
+from receiptsite_client.verify.keys import TrustedKey, keys_to_check_against
+from receiptsite_client.verify.merkle import HASH_SIZE, leaf_hash, verify_inclusion
+from receiptsite_client.verify.note import parse_checkpoint, parse_note
+from receiptsite_client.verify.result import FAIL, PASS, UNCHECKED, Check, Result
+from receiptsite_client.verify.tlogproof import TlogProof, parse_tlog_proof
 
+BUNDLE_FORMAT = "receipt-bundle/v1"
 BUNDLE_CHECK_NAMES = (*CHECK_NAMES, "tlog_proof")
 
 
@@ -52,9 +41,7 @@ def verify_bundle(
         return Result(checks=[Check("target", UNCHECKED, "The bundle holds no verification.")])
     result = verify_verification(verification, keys, pinned_x, expected_id=expected_id)
     try:
-        trusted: list[TrustedKey] | None = (
-            trusted_keys(keys, pinned_x) if keys is not None or pinned_x is not None else None
-        )
+        trusted = keys_to_check_against(keys, pinned_x)
     except ValueError:
         trusted = None  # verify_verification has said why in its notes
     result.checks.append(check_tlog_proof(bundle.get("tlog_proof"), verification, keys, trusted))
@@ -106,7 +93,7 @@ def check_tlog_proof(
     problems = _disagreements(proof, log)
 
     # The proof by itself: its checkpoint, its inclusion proof from the receipt's leaf.
-    content, signed = _check_note(proof.checkpoint, log, keys, trusted)
+    content, signed = check_checkpoint(proof.checkpoint, log, keys, trusted)
     try:
         origin, size, root = parse_checkpoint(parse_note(proof.checkpoint).text)
     except ValueError as error:

@@ -1,0 +1,356 @@
+"""Checking a verification JSON (as `/api/receipt/<id>/verify` serves it) from its bytes: the
+canonical form, the hash, the receipt id, the signature, the inclusion proof, the checkpoint
+and its signature, each recomputed here. The `status` and `checks` the site puts in the JSON
+are its own claims and are never read."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+from receiptsite_client.verify.encoding import b64decode
+from receiptsite_client.verify.jcs import canonical_form_problem, parse_strict_json
+from receiptsite_client.verify.keys import (
+    TrustedKey,
+    ed25519_verify,
+    keys_to_check_against,
+    listed_keys,
+)
+from receiptsite_client.verify.merkle import HASH_SIZE, leaf_hash, verify_inclusion
+from receiptsite_client.verify.note import note_key_id, parse_checkpoint, parse_note
+from receiptsite_client.verify.result import FAIL, PASS, UNCHECKED, Check, Result
+
+CHECK_NAMES = (
+    "canonical_form",
+    "hash",
+    "receipt_id",
+    "signature",
+    "log_inclusion",
+    "checkpoint",
+    "checkpoint_signature",
+)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _log_fields(log: object) -> tuple[int, int, bytes, list[bytes]]:
+    if not isinstance(log, dict):
+        raise ValueError("the verification gives no log proof")
+    index, size = log.get("index"), log.get("tree_size")
+    if not (_is_count(index) and _is_count(size)):
+        raise ValueError("log.index and log.tree_size must be counts")
+    assert isinstance(index, int) and isinstance(size, int)
+    root = b64decode(log.get("root_hash"))
+    proof_items = log.get("inclusion_proof")
+    if not isinstance(proof_items, list):
+        raise ValueError("log.inclusion_proof is not a list")
+    proof = [b64decode(item) for item in proof_items]
+    if len(root) != HASH_SIZE or any(len(p) != HASH_SIZE for p in proof):
+        raise ValueError("the root and every proof hash are 32 bytes")
+    return index, size, root, proof
+
+
+def _check_signature(
+    data: bytes, verification: dict[str, Any], trusted: list[TrustedKey] | None, pinned: bool
+) -> Check:
+    name = "signature"
+    if trusted is None:
+        return Check(
+            name,
+            UNCHECKED,
+            "No key to check the signature against: give one with "
+            "--key (a keys document or a base64url Ed25519 key).",
+        )
+    signature = verification.get("signature")
+    if not isinstance(signature, dict):
+        return Check(name, FAIL, "The verification carries no signature.")
+    if signature.get("algorithm") != "Ed25519":
+        return Check(
+            name, FAIL, f"The signature algorithm is {signature.get('algorithm')!r}, not Ed25519."
+        )
+    kid = signature.get("key_id")
+    try:
+        value = b64decode(signature.get("value"))
+    except ValueError as error:
+        return Check(name, FAIL, f"The signature value is {error}.")
+    key = next((k for k in trusted if k.kid == kid), None)
+    if key is None:
+        where = "the pinned key" if pinned else "a key the keys document lists"
+        known = ", ".join(k.kid for k in trusted) or "none"
+        return Check(
+            name,
+            FAIL,
+            f"The receipt was signed by key {kid}, which is not {where} (known: {known}).",
+        )
+    if key.status == "compromised":
+        # The site shows the newest signature that counts (a receipt logged before the
+        # compromise is signed again by the new key): this one could be a forgery.
+        return Check(
+            name,
+            FAIL,
+            f"The signing key {kid} is {key.compromised_words()}, and this signature is not "
+            "one the site could show was made before then: it cannot be told from a forgery.",
+        )
+    if not ed25519_verify(key.raw, value, data):
+        return Check(name, FAIL, f"The Ed25519 signature does not verify under key {kid}.")
+    how = "the pinned key" if pinned else f"the listed key ({key.status})"
+    return Check(name, PASS, f"The Ed25519 signature verifies under {how} {kid}.")
+
+
+def check_checkpoint(
+    note_text: object,
+    log: dict[str, Any],
+    keys: dict[str, Any] | None,
+    trusted: list[TrustedKey] | None,
+) -> tuple[Check, Check]:
+    """The `checkpoint` (content) and `checkpoint_signature` checks of a signed checkpoint
+    that is to stand for the tree `log` describes."""
+    try:
+        note = parse_note(note_text)
+    except ValueError as error:
+        bad = f"The checkpoint is not a signed note ({error})."
+        return Check("checkpoint", FAIL, bad), Check("checkpoint_signature", FAIL, bad)
+
+    # The content: a checkpoint for this log, of the tree the proof is for.
+    claimed_origin = log.get("origin")
+    keys_log = keys.get("log") if isinstance(keys, dict) else None
+    keys_origin = keys_log.get("origin") if isinstance(keys_log, dict) else None
+    try:
+        origin, size, root = parse_checkpoint(note.text)
+        problems = []
+        if origin != claimed_origin:
+            problems.append(f"its origin is {origin!r}, not log.origin {claimed_origin!r}")
+        if isinstance(keys_origin, str) and origin != keys_origin:
+            problems.append(
+                f"its origin is {origin!r}, not the keys document's log {keys_origin!r}"
+            )
+        if size != log.get("tree_size"):
+            problems.append(f"its size is {size}, not log.tree_size {log.get('tree_size')}")
+        if base64.b64encode(root).decode("ascii") != log.get("root_hash"):
+            problems.append("its root hash is not log.root_hash")
+        content = (
+            Check(
+                "checkpoint",
+                FAIL,
+                "The checkpoint does not match the proof: " + "; ".join(problems) + ".",
+            )
+            if problems
+            else Check(
+                "checkpoint",
+                PASS,
+                f"The checkpoint is for log {origin}, tree size "
+                f"{size}, with the proof's root hash.",
+            )
+        )
+    except ValueError as error:
+        content = Check("checkpoint", FAIL, f"The checkpoint text does not parse ({error}).")
+
+    # The signature: by a trusted key, under the log's name.
+    if trusted is None:
+        return content, Check(
+            "checkpoint_signature", UNCHECKED, "No key to check the checkpoint's signature against."
+        )
+    name = keys_origin if isinstance(keys_origin, str) else claimed_origin
+    if not isinstance(name, str):
+        return content, Check(
+            "checkpoint_signature", FAIL, "The log has no origin to name its key."
+        )
+    counted = {note_key_id(name, k.raw): k for k in trusted if k.status != "compromised"}
+    compromised = {note_key_id(name, k.raw): k for k in trusted if k.status == "compromised"}
+    message = note.text.encode("utf-8")
+    verified: list[str] = []
+    by_compromised: TrustedKey | None = None
+    for sig_name, key_id, signature in note.signatures:
+        if sig_name != name:
+            continue  # another signer's signature (a witness, say): not ours to judge
+        if key_id in counted:
+            key = counted[key_id]
+            if not ed25519_verify(key.raw, signature, message):
+                return content, Check(
+                    "checkpoint_signature",
+                    FAIL,
+                    f"The checkpoint's signature by key {key.kid} does not verify.",
+                )
+            verified.append(key.kid)
+        elif key_id in compromised and ed25519_verify(compromised[key_id].raw, signature, message):
+            by_compromised = compromised[key_id]
+    if verified:
+        return content, Check(
+            "checkpoint_signature",
+            PASS,
+            f"The checkpoint is signed by key {verified[0]} under the log's name {name}.",
+        )
+    if by_compromised is not None:
+        return content, Check(
+            "checkpoint_signature",
+            FAIL,
+            f"The checkpoint is signed only by a key marked compromised ({by_compromised.kid}, "
+            f"{by_compromised.compromised_words()}). A checkpoint carries no time, so it "
+            "cannot be shown to predate the compromise.",
+        )
+    return content, Check(
+        "checkpoint_signature",
+        FAIL,
+        f"The checkpoint carries no signature by a trusted key under the log's name {name}.",
+    )
+
+
+def verify_verification(
+    verification: dict[str, Any],
+    keys: dict[str, Any] | None,
+    pinned_x: str | None,
+    *,
+    expected_id: str | None = None,
+) -> Result:
+    """Check a verification JSON (as `/api/receipt/<id>/verify` serves it) from its bytes.
+
+    `keys`: a keys document or None; `pinned_x`: a base64url Ed25519 public key to trust
+    alone (then `keys` only contributes `compromised` marks and the log's name). With
+    neither, the signature checks are "could not check". `expected_id`: the id the caller
+    asked for (from a URL), which the document's id must equal too.
+    """
+    result = Result()
+    if not isinstance(verification, dict):
+        result.checks.append(
+            Check("canonical_form", FAIL, "The verification is not a JSON object.")
+        )
+        return result
+    receipt_id = verification.get("receipt_id")
+    result.receipt_id = receipt_id if isinstance(receipt_id, str) else None
+    try:
+        trusted = keys_to_check_against(keys, pinned_x)
+    except ValueError as error:
+        trusted = None
+        result.notes.append(f"The pinned key is not usable ({error}).")
+    if trusted is not None and keys is not None:
+        result.notes.extend(f"Ignored: {p}." for p in listed_keys(keys)[1])
+
+    if verification.get("status") == "withdrawn":
+        return _verify_withdrawn(verification, keys, trusted, result)
+
+    # canonical_form
+    data: bytes | None
+    try:
+        data = b64decode(verification.get("canonical_bytes"))
+    except ValueError as error:
+        data = None
+        result.checks.append(Check("canonical_form", FAIL, f"canonical_bytes is {error}."))
+    document: Any = None
+    if data is not None:
+        problem = canonical_form_problem(data)
+        result.checks.append(
+            Check("canonical_form", FAIL, f"The bytes are not in RFC 8785 form: {problem}.")
+            if problem
+            else Check("canonical_form", PASS, "The bytes are UTF-8 JSON in RFC 8785 form.")
+        )
+        try:
+            document = parse_strict_json(data)
+        except (ValueError, RecursionError):
+            document = None
+
+    no_bytes = "There are no bytes to check."
+    if data is None:
+        for name in ("hash", "receipt_id", "signature", "log_inclusion"):
+            result.checks.append(Check(name, UNCHECKED, no_bytes))
+    else:
+        # hash
+        digest = hashlib.sha256(data).hexdigest()
+        stated = verification.get("output_hash")
+        result.checks.append(
+            Check("hash", PASS, f"SHA-256 of the bytes is {digest}, the stated output hash.")
+            if digest == stated
+            else Check(
+                "hash",
+                FAIL,
+                f"SHA-256 of the bytes is {digest}, not the stated output hash {stated}.",
+            )
+        )
+        # receipt_id
+        doc_id = document.get("id") if isinstance(document, dict) else None
+        if not isinstance(document, dict):
+            result.checks.append(Check("receipt_id", FAIL, "The bytes hold no document, so no id."))
+        elif doc_id != receipt_id:
+            result.checks.append(
+                Check(
+                    "receipt_id",
+                    FAIL,
+                    f"The document's id is {doc_id}, not the receipt_id {receipt_id}.",
+                )
+            )
+        elif expected_id is not None and doc_id != expected_id.lower():
+            result.checks.append(
+                Check(
+                    "receipt_id",
+                    FAIL,
+                    f"The document's id is {doc_id}, not the {expected_id} that was asked for.",
+                )
+            )
+        else:
+            result.checks.append(Check("receipt_id", PASS, f"The document's id is {doc_id}."))
+        # signature
+        result.checks.append(
+            _check_signature(data, verification, trusted, pinned=pinned_x is not None)
+        )
+        # log_inclusion
+        result.checks.append(_check_inclusion(leaf_hash(data), verification.get("log")))
+
+    log = verification.get("log")
+    if isinstance(log, dict):
+        result.checks.extend(check_checkpoint(log.get("checkpoint"), log, keys, trusted))
+    else:
+        for name in ("checkpoint", "checkpoint_signature"):
+            result.checks.append(
+                Check(name, FAIL, "The verification gives no log proof, so no checkpoint.")
+            )
+    return result
+
+
+def _check_inclusion(leaf: bytes, log: object) -> Check:
+    try:
+        index, size, root, proof = _log_fields(log)
+    except ValueError as error:
+        return Check("log_inclusion", FAIL, f"No usable log proof: {error}.")
+    if verify_inclusion(leaf, index, size, proof, root):
+        return Check(
+            "log_inclusion",
+            PASS,
+            f"Leaf {index} is in the tree of size {size} whose root is log.root_hash.",
+        )
+    return Check(
+        "log_inclusion",
+        FAIL,
+        f"The inclusion proof for leaf {index} in a tree of "
+        f"size {size} does not lead to log.root_hash.",
+    )
+
+
+def _verify_withdrawn(
+    verification: dict[str, Any],
+    keys: dict[str, Any] | None,
+    trusted: list[TrustedKey] | None,
+    result: Result,
+) -> Result:
+    """A withdrawn receipt: its content is erased; only its place in the log can be shown."""
+    result.checks.append(
+        Check(
+            "withdrawn",
+            FAIL,
+            f"The receipt was withdrawn at {verification.get('withdrawn_at')} (reason: "
+            f"{verification.get('reason')}); its content is erased, so it is no evidence now.",
+        )
+    )
+    try:
+        leaf = b64decode(verification.get("leaf_hash"))
+        if len(leaf) != HASH_SIZE:
+            raise ValueError("not 32 bytes")
+    except ValueError as error:
+        result.checks.append(Check("log_inclusion", FAIL, f"The leaf hash is {error}."))
+    else:
+        result.checks.append(_check_inclusion(leaf, verification.get("log")))
+    log = verification.get("log")
+    if isinstance(log, dict):
+        result.checks.extend(check_checkpoint(log.get("checkpoint"), log, keys, trusted))
+    return result

@@ -1,0 +1,115 @@
+"""The keys receipts are checked against: Ed25519 signatures, RFC 7638 thumbprints (a key's
+`kid`), a keys document's usable keys, and the policy that picks the trusted ones (a pinned key
+alone, else the document's; a key marked `compromised` never vouches for anything)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from receiptsite_client.verify.encoding import b64url, b64url_decode
+from receiptsite_client.verify.jcs import jcs
+
+PUBLIC_KEY_SIZE = 32
+SIGNATURE_SIZE = 64
+
+
+def jwk_thumbprint(raw: bytes) -> str:
+    """RFC 7638: SHA-256 of the required members, sorted, no whitespace; base64url."""
+    members = {"crv": "Ed25519", "kty": "OKP", "x": b64url(raw)}
+    return b64url(hashlib.sha256(jcs(members).encode("utf-8")).digest())
+
+
+def ed25519_verify(raw: bytes, signature: bytes, data: bytes) -> bool:
+    if len(raw) != PUBLIC_KEY_SIZE or len(signature) != SIGNATURE_SIZE:
+        return False
+    try:
+        Ed25519PublicKey.from_public_bytes(raw).verify(signature, data)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    raw: bytes
+    kid: str
+    status: str  # "active", "retired", "compromised", or "pinned"
+    compromised_at: str | None = None  # as the keys document states it, for the words only
+
+    def compromised_words(self) -> str:
+        when = f" as of {self.compromised_at}" if self.compromised_at else ""
+        return f"marked compromised{when}"
+
+
+def listed_keys(keys: dict[str, Any] | None) -> tuple[list[TrustedKey], list[str]]:
+    """The usable keys of a keys document, and what was wrong with the others."""
+    found: list[TrustedKey] = []
+    problems: list[str] = []
+    entries = keys.get("keys") if isinstance(keys, dict) else None
+    if not isinstance(entries, list):
+        return found, ["the keys document has no list of keys"] if keys is not None else []
+    for number, entry in enumerate(entries):
+        if (
+            not isinstance(entry, dict)
+            or entry.get("kty") != "OKP"
+            or entry.get("crv") != "Ed25519"
+        ):
+            problems.append(f"key {number} is not an Ed25519 JWK")
+            continue
+        try:
+            raw = b64url_decode(entry.get("x"))
+        except ValueError:
+            raw = b""
+        if len(raw) != PUBLIC_KEY_SIZE:
+            problems.append(f"key {number} has no 32-byte x")
+            continue
+        kid = jwk_thumbprint(raw)
+        if entry.get("kid") != kid:
+            # A kid that is not the key's thumbprint cannot name it: leave the key out.
+            problems.append(f"key {number}'s kid is not its RFC 7638 thumbprint")
+            continue
+        status = entry.get("status")
+        since = entry.get("compromised_at")
+        found.append(
+            TrustedKey(
+                raw,
+                kid,
+                status if isinstance(status, str) else "unknown",
+                since if isinstance(since, str) else None,
+            )
+        )
+    return found, problems
+
+
+def trusted_keys(keys: dict[str, Any] | None, pinned_x: str | None) -> list[TrustedKey]:
+    """The keys to check against: the pinned one alone if given, else the document's.
+
+    A document's `compromised` mark is honoured even for a pinned key: it can only make a
+    check stricter, never make a forgery pass.
+    """
+    listed, _problems = listed_keys(keys)
+    if pinned_x is None:
+        return listed
+    raw = b64url_decode(pinned_x)
+    if len(raw) != PUBLIC_KEY_SIZE:
+        raise ValueError("an Ed25519 public key is 32 bytes")
+    kid = jwk_thumbprint(raw)
+    marked = next((k for k in listed if k.kid == kid and k.status == "compromised"), None)
+    if marked is not None:
+        return [marked]
+    return [TrustedKey(raw, kid, "pinned")]
+
+
+def keys_to_check_against(
+    keys: dict[str, Any] | None, pinned_x: str | None
+) -> list[TrustedKey] | None:
+    """trusted_keys, or None when there is neither a keys document nor a pinned key (the
+    signature checks then could not be made). ValueError for a pinned key that is unusable."""
+    if keys is None and pinned_x is None:
+        return None
+    return trusted_keys(keys, pinned_x)

@@ -1,0 +1,37 @@
+"""RFC 9162 Merkle trees: the leaf hash of a receipt's bytes and the inclusion proof that puts
+that leaf in a tree of a given size and root."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+HASH_SIZE = 32
+
+
+def leaf_hash(data: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def verify_inclusion(
+    leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes
+) -> bool:
+    """RFC 9162 §2.1.3.2; `leaf` is the leaf hash."""
+    if not 0 <= index < size:
+        return False
+    fn, sn, r = index, size - 1, leaf
+    for p in proof:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            r = _node(p, r)
+            while fn and not fn & 1:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            r = _node(r, p)
+        fn, sn = fn >> 1, sn >> 1
+    return sn == 0 and r == root
