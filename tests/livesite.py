@@ -117,7 +117,7 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + quote(name), parts.query, ""))
 
 
-def _admin_connect(server_url: str) -> Any:
+def admin_connect(server_url: str) -> Any:
     """An autocommit psycopg connection to the server's maintenance database, for CREATE and
     DROP DATABASE (which cannot run inside a transaction)."""
     import psycopg
@@ -229,7 +229,7 @@ def template_database(server: str | None) -> str:
             url = f"sqlite:///{name}"
         else:
             name = f"receiptsite_template_{secrets.token_hex(6)}"
-            with _admin_connect(server) as admin:
+            with admin_connect(server) as admin:
                 admin.execute(f'CREATE DATABASE "{name}"')
             made = run_folder() / TEMPLATES
             known = json.loads(made.read_text()) if made.exists() else []
@@ -255,7 +255,7 @@ def drop_templates() -> None:
     """Drop the PostgreSQL templates this run made (tests/conftest.py, at the run's end)."""
     made = run_folder() / TEMPLATES
     for server, name in json.loads(made.read_text()) if made.exists() else []:
-        with contextlib.suppress(Exception), _admin_connect(server) as admin:
+        with contextlib.suppress(Exception), admin_connect(server) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -440,7 +440,7 @@ class LiveSite:
         if postgres:
             name = f"receiptsite_live_{secrets.token_hex(6)}"
             template = f' TEMPLATE "{self._template}"' if self._template else ""
-            with _admin_connect(server) as admin:
+            with admin_connect(server) as admin:
                 _create_with_retry(admin, f'CREATE DATABASE "{name}"{template}')
             self._dropdb = (server, name)
             self.database_url = with_database(server, name)
@@ -457,7 +457,7 @@ class LiveSite:
         if target is None:
             return
         server, name = target
-        with _admin_connect(server) as admin:
+        with admin_connect(server) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     # --- logs --------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.db
 T = 1_800_000_000.0  # a moment, in seconds since the epoch
 
 
-def _flush(url: str) -> None:
+def flush_redis(url: str) -> None:
     import redis
 
     redis.Redis.from_url(url).flushdb()
@@ -38,7 +38,7 @@ def store(request: pytest.FixtureRequest, db: None, settings: Any) -> str:
     """Where the buckets are: the database (REDIS_URL unset), or Redis."""
     if request.param == "redis":
         url = request.getfixturevalue("redis_url")
-        _flush(url)
+        flush_redis(url)
         settings.REDIS_URL = url
     else:
         settings.REDIS_URL = None

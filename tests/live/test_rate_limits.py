@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import example_body
-from tests.db.test_rate_limits import _flush
+from tests.db.test_rate_limits import flush_redis
 from tests.livesite import LiveSite
 
 pytestmark = pytest.mark.live
@@ -45,7 +45,7 @@ def test_four_workers_let_the_configured_number_through_not_four_times_it(
     env = {"RATE_LIMITS": "ingest=20/0.001,read=20/0.001"}
     if backend == "redis":
         url = request.getfixturevalue("redis_url")
-        _flush(url)
+        flush_redis(url)
         env["REDIS_URL"] = url
     with LiveSite(workers=4, env=env) as site:
         published = site.post("/api/receipts", example_body())

@@ -25,7 +25,7 @@ import pytest
 
 from receiptsite.receipts.rowsecurity import SCOPED
 from tests.conftest import example_body
-from tests.livesite import LiveSite, _admin_connect, is_postgres, suite_database_url
+from tests.livesite import LiveSite, admin_connect, is_postgres, suite_database_url
 
 pytestmark = [
     pytest.mark.live,
@@ -78,7 +78,7 @@ def publish(site: RoleSite, key: str, **changes: Any) -> str:
 def site() -> Iterator[RoleSite]:
     server = suite_database_url()
     role = f"receiptsite_site_{secrets.token_hex(5)}"
-    with _admin_connect(server) as admin:
+    with admin_connect(server) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE")
     try:
         live = RoleSite(workers=2, role=role, env={"DATABASE_SITE_ROLE": role})
@@ -98,7 +98,7 @@ def site() -> Iterator[RoleSite]:
             live.ids = {"acme": [*acme, parent], "globex": globex}
             yield live
     finally:
-        with _admin_connect(server) as admin:
+        with admin_connect(server) as admin:
             admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 

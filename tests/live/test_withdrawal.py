@@ -186,11 +186,11 @@ def test_the_content_leaves_sqlites_files_and_its_write_ahead_log(live: LiveSite
 
 @pytest.fixture(scope="module")
 def role_site() -> Iterator[Any]:
-    from tests.live.test_row_level_security import RoleSite, _admin_connect
+    from tests.live.test_row_level_security import RoleSite, admin_connect
 
     server = suite_database_url()
     role = f"receiptsite_site_{secrets.token_hex(5)}"
-    with _admin_connect(server) as admin:
+    with admin_connect(server) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE")
     try:
         live = RoleSite(workers=2, role=role, env={"DATABASE_SITE_ROLE": role})
@@ -198,7 +198,7 @@ def role_site() -> Iterator[Any]:
             live.other_key = live.add_tenant("globex", "Globex")
             yield live
     finally:
-        with _admin_connect(server) as admin:
+        with admin_connect(server) as admin:
             admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 

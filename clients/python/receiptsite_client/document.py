@@ -87,14 +87,14 @@ def prepare(
         allowed = set(metadata_allowlist)
         doc["metadata"] = {k: v for k, v in metadata.items() if k in allowed}
 
-    for _pointer, container, key, cut in _free_texts(doc):
+    for _pointer, container, key, cut in free_texts(doc):
         text, _removed = redact_text(container[key])
         if cut:
             text, _cut = truncate(text, limit)
         container[key] = text
 
     refused: list[str] = list(_rename_secret_keys(doc, ""))
-    places = {(id(container), key) for _, container, key, _ in _free_texts(doc)}
+    places = {(id(container), key) for _, container, key, _ in free_texts(doc)}
     for pointer, container, key in _identifiers(doc, ""):
         if (id(container), key) in places:
             continue
@@ -104,7 +104,7 @@ def prepare(
     return Prepared(doc, tuple(refused))
 
 
-def _free_texts(doc: dict[str, Any]) -> Iterator[tuple[str, Any, Any, bool]]:
+def free_texts(doc: dict[str, Any]) -> Iterator[tuple[str, Any, Any, bool]]:
     """(pointer, container, key, cut) of every free-text string in the document."""
     for pattern, cut in FREE_TEXT.items():
         parts = pattern.strip("/").split("/")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from client_helpers import ScriptedServer, created, document, problem
 from receiptsite_client import Client, IdempotencyKeyReused
-from receiptsite_client.document import FREE_TEXT, _free_texts
+from receiptsite_client.document import FREE_TEXT, free_texts
 from receiptsite_client.outbox import NewEntry, Outbox, Outcome, new_owner
 from receiptsite_client.redaction import REDACTED
 
@@ -339,15 +339,15 @@ def test_the_handoff_lists_each_receipt_with_its_status(
 def test_the_free_text_fields_are_those_of_the_site_declaration() -> None:
     """The client redacts exactly the fields the site treats as free text: the site's own
     declaration (receiptsite.evidence.redaction, imported by this test only) finds the same."""
-    from receiptsite.evidence.redaction import free_texts
+    from receiptsite.evidence.redaction import free_texts as site_free_texts
 
     doc = document(
         "wf",
         attempt={"number": 2, "retry_reason": "timeout"},
         metadata={"ticket": "OPS-1", "count": 3, "note": "n"},
     )
-    theirs = sorted(pointer for pointer, *_ in free_texts(json.loads(json.dumps(doc))))
-    ours = sorted(pointer for pointer, *_ in _free_texts(json.loads(json.dumps(doc))))
+    theirs = sorted(pointer for pointer, *_ in site_free_texts(json.loads(json.dumps(doc))))
+    ours = sorted(pointer for pointer, *_ in free_texts(json.loads(json.dumps(doc))))
     assert ours == theirs
     assert "/metadata/note" in ours and "/attempt/retry_reason" in ours
     assert {p for p, cut in FREE_TEXT.items() if cut} == {"/input_summary", "/result"}
