@@ -62,11 +62,22 @@ def site() -> Iterator[dict[str, Any]]:
         yield {"live": live, "receipt": publish(live, idempotency_key="browser-vectors")}
 
 
-@pytest.fixture
-def watched(browser: Any, site: dict[str, Any]) -> Iterator[Watched]:
+@pytest.fixture(scope="module")
+def shared_page(browser: Any, site: dict[str, Any]) -> Iterator[Watched]:
     context = browser.new_context(base_url=site["live"].url)
     yield Watched(context.new_page())
     context.close()
+
+
+@pytest.fixture
+def watched(shared_page: Watched) -> Watched:
+    """The module's one page, as new for each vector: the routes, errors and requests of the
+    vector before are dropped, and each test navigates afresh (a new context for each of the
+    71 cost more than the checks themselves: a renderer process each)."""
+    shared_page.page.unroute_all()
+    for seen in (shared_page.errors, shared_page.requests, shared_page.failed):
+        seen.clear()
+    return shared_page
 
 
 def shown_receipt(entry: dict[str, Any]) -> str:

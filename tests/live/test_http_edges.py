@@ -23,7 +23,8 @@ import pytest
 from tests.examples import EXAMPLE_BODY
 from tests.livesite import LiveSite
 
-pytestmark = pytest.mark.live
+# The HTTP layer (gunicorn and the request stack): the same whichever database is behind it.
+pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
 RECEIPT_MAX_BYTES = 256 * 1024
 BATCH_MAX_BYTES = 5 * 1024 * 1024

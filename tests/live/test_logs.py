@@ -20,7 +20,8 @@ from tests.examples import EXAMPLE_BODY
 from tests.livesite import LiveSite, Response
 from tests.unit.test_logs import API_KEY, RECEIPT_ID, format_line
 
-pytestmark = pytest.mark.live
+# The log lines: the same whichever database is behind the site.
+pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
 
 # --- the mask -----------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from tests.unit.test_security_headers import (
     parse_csp,
 )
 
-pytestmark = pytest.mark.live
+# The headers of the answers: the same whichever database is behind them.
+pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
 # --- the live site, configured for production --------------------------------------------------
 
