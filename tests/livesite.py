@@ -16,8 +16,9 @@ live tests therefore never use pytest-django's database fixtures. The migrations
 test run and server, into a template (`manage.py migrate` with no signing key, so it holds no
 key and no checkpoint): each site's database is a copy of it (SQLite's backup of the file;
 PostgreSQL's CREATE DATABASE ... TEMPLATE), and the three commands run in one process. A site
-that must migrate for itself (`migrate=True`, another server, or a DATABASE_SITE_ROLE to
-grant) runs `manage.py migrate`. What one run's processes share (the templates, the collected
+that must migrate for itself (`migrate=True`, or another server) runs
+`manage.py migrate`; a copy for a DATABASE_SITE_ROLE runs it too, with nothing left to apply,
+for the grants its post_migrate makes. What one run's processes share (the templates, the collected
 static files) lives in the folder RECEIPTSITE_TEST_RUN names, which tests/conftest.py makes
 and removes. HTTP goes through the standard library, with a timeout on every call.
 """
@@ -346,9 +347,13 @@ class LiveSite:
         else:
             # What `migrate` does after its migrations, then the tenant and its key: one
             # process (each manage.py start costs about a second of CPU).
+            # `migrate` with nothing left to apply where a site role is to be granted what
+            # it needs (its post_migrate does that, and signs), else `signcheckpoint`.
+            first = "c('migrate', verbosity=0)" if "DATABASE_SITE_ROLE" in self.env else (
+                "c('signcheckpoint')")
             output = self.manage("shell", "-c", (
                 "from django.core.management import call_command as c; "
-                f"c('signcheckpoint'); c('createtenant', {self.tenant!r}, '--name', "
+                f"{first}; c('createtenant', {self.tenant!r}, '--name', "
                 f"{self.tenant_name!r}); c('createapikey', {self.tenant!r})"
             ))
             self.api_key = _last_line(output)
@@ -435,7 +440,7 @@ class LiveSite:
     def _create_database(self) -> None:
         server = self.server_url or suite_database_url()
         postgres = bool(server) and is_postgres(server)
-        own = self.migrate or self.server_url is not None or "DATABASE_SITE_ROLE" in self.env
+        own = self.migrate or self.server_url is not None
         self._template = None if own else template_database(server if postgres else None)
         if postgres:
             name = f"receiptsite_live_{secrets.token_hex(6)}"
