@@ -2,10 +2,10 @@
 PostgreSQL when DATABASE_URL says so (.ci/run runs both).
 
 The tests are laid out by what they cost, one folder each, and every module carries its
-folder's marker (checked at collection, below): tests/unit (neither the database nor a live
-server), tests/db (the database, through pytest-django), tests/live (a real gunicorn) and
-tests/browser (Debian's Chromium, on a live site). `scripts/test -m "not live and not
-browser"` is the fast loop."""
+folder's marker (checked at collection, below): tests/unit (in this process, no database),
+tests/db (in this process, the database through pytest-django), tests/live (real processes of
+the site: gunicorn, manage.py) and tests/browser (Debian's Chromium, on a live site).
+`scripts/test -m "not live and not browser"` is the fast loop."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ from receiptsite.audit.recording import route_name
 from receiptsite.config import ConfigurationError, audit_log_days
 from receiptsite.receipts.models import ApiKey, Receipt
 from tests.conftest import SITE, Producer, assert_problem, example_body
+from tests.live.test_configuration import assert_one_line, environment
 from tests.livesite import PYTHON, REPO
-from tests.unit.test_configuration import assert_one_line, environment
 
 pytestmark = pytest.mark.db
 

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
+import secrets
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.examples import EXAMPLE_BODY
-from tests.livesite import LiveSite
+from tests.livesite import PYTHON, REPO, SITE_VARIABLES, LiveSite
 from tests.unit.test_security_headers import (
     Answer,
     hsts_max_age,
@@ -178,4 +182,50 @@ def test_the_health_check_answers_over_plain_http(
 # --- check --deploy ----------------------------------------------------------------------------
 
 
+# --- check --deploy ----------------------------------------------------------------------------
 
+
+def deploy_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    from receiptsite.integrity.keys import generate_private_key_pem
+
+    key = tmp_path / "signing.pem"
+    key.write_bytes(generate_private_key_pem())
+    production = {
+        **{k: v for k, v in os.environ.items() if k not in SITE_VARIABLES},
+        "DJANGO_SETTINGS_MODULE": "receiptsite.settings",
+        "DEBUG": "false",
+        "SITE_URL": "https://receipts.example.org",
+        "TRUSTED_PROXIES": "127.0.0.1",
+        "SECRET_KEY": secrets.token_urlsafe(50),  # as README and quickstart make it
+        "SIGNING_KEY_FILE": str(key),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "VAR_DIR": str(tmp_path / "var"),
+        **env,
+    }
+    return subprocess.run(
+        [str(PYTHON), "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO, env=production, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_check_deploy_passes_with_the_production_settings(tmp_path: Path) -> None:
+    done = deploy_check(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues (0 silenced)." in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "warning"),
+    [
+        ({"SITE_URL": "http://receipts.example.org"}, "security.W004"),  # no HSTS over http
+        # Without a trusted proxy the site cannot tell https from http, so it cannot redirect.
+        ({"TRUSTED_PROXIES": ""}, "security.W008"),
+        ({"SECRET_KEY": "short"}, "security.W009"),
+    ],
+)
+def test_check_deploy_fails_where_production_would_be_unsafe(
+    tmp_path: Path, env: dict[str, str], warning: str
+) -> None:
+    done = deploy_check(tmp_path, **env)
+    assert done.returncode != 0
+    assert warning in done.stderr + done.stdout
