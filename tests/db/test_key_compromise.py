@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
@@ -39,6 +38,14 @@ TABLE = AppendedSignature._meta.db_table
 def stamp() -> str:
     """Now, as every timestamp the site writes."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def tick() -> None:
+    """Wait until the clock has moved on, so that what is stamped after is later than what
+    was stamped before."""
+    before = stamp()
+    while stamp() == before:
+        pass
 
 
 # --- the command, on the suite's own database --------------------------------------------
@@ -137,7 +144,7 @@ def test_the_key_that_took_over_can_be_compromised_in_its_turn(
     # compromisekey wrote the second key into SIGNING_KEY_FILE; the next command reads it.
     settings.SIGNING_KEY = signing_key(settings.SIGNING_KEY_FILE)
     keyring.forget()
-    time.sleep(0.01)
+    tick()
     run_command(second, at=stamp())
     [third] = SigningKey.objects.filter(status=SigningKey.ACTIVE).values_list("kid", flat=True)
     body = client.get(f"/api/receipt/{answer['id']}/verify").json()

@@ -364,11 +364,31 @@ def test_a_load_running_through_an_outage_loses_nothing_and_stores_nothing_twice
     with ThreadPoolExecutor(max_workers=6) as pool:
         futures = [pool.submit(poster, n) for n in range(4)]
         futures += [pool.submit(reader, n) for n in range(2)]
+        def until(condition: Callable[[list[tuple[str, Response]]], bool], why: str) -> None:
+            """Wait until the answers seen since now meet `condition`."""
+            with lock:
+                mark = len(seen)
+            deadline = time.monotonic() + 60
+            while True:
+                with lock:
+                    if condition(seen[mark:]):
+                        return
+                assert time.monotonic() < deadline, (why, site.logs(), cluster.log())
+                time.sleep(0.05)
+
+        def stored(answers: list[tuple[str, Response]]) -> bool:
+            return sum(what == "POST" and a.status == 201 for what, a in answers) >= 8
+
+        def refused(answers: list[tuple[str, Response]]) -> bool:
+            # The outage as the load meets it: ingest and reads both answered 503.
+            kinds = {what for what, a in answers if a.status == 503}
+            return "POST" in kinds and len(kinds) >= 2
+
         try:
-            time.sleep(1.0)
+            until(stored, "the load stored nothing before the outage")
             cluster.stop("fast")
             stopped = time.monotonic()
-            time.sleep(3.0)
+            until(refused, "the load never met the outage")
             cluster.start()
             # Recovery by itself, seen by the load: a 201 after the restart.
             with lock:
@@ -380,7 +400,7 @@ def test_a_load_running_through_an_outage_loses_nothing_and_stores_nothing_twice
                     later = seen[mark:]
                 if any(what == "POST" and answer.status == 201 for what, answer in later):
                     recovered = time.monotonic() - stopped
-            time.sleep(1.0)
+            until(stored, "the load stored nothing after the recovery")
         finally:
             stop.set()
             if not cluster.running():

@@ -12,7 +12,6 @@ receipt-verify. (The browser verifier's side is in tests/test_browser.py.)
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from receiptsite_client import verify as client
 from receiptsite.integrity import keys, note
 from receiptsite.integrity.encoding import b64url_decode
 from tests.conftest import EXAMPLE_BODY
-from tests.db.test_key_compromise import stamp
+from tests.db.test_key_compromise import stamp, tick
 from tests.livesite import LiveSite
 
 pytestmark = pytest.mark.live
@@ -62,9 +61,9 @@ def compromised(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         before = publish(live, idempotency_key="before")
         checkpoint_before = live.get("/api/log/checkpoint").text
         [old] = keys_document(live)["keys"]
-        time.sleep(0.01)
+        tick()
         leaked_at = stamp()
-        time.sleep(0.01)
+        tick()
         after = publish(live, idempotency_key="after")
         checkpoint_after = live.get("/api/log/checkpoint").text
         # One argument with "=": a kid is base64url and may begin with "-".

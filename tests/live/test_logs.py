@@ -92,7 +92,9 @@ def session() -> Iterator[dict[str, Any]]:
         deadline = time.monotonic() + 15  # gunicorn writes each access line after its answer
         while len(site.stdout().splitlines()) < len(answers) + 1 and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(0.5)  # the last Django lines of the last request
+        # And Django's line of the last request (the 422), on the other stream.
+        while "Unprocessable" not in site.stderr() and time.monotonic() < deadline:
+            time.sleep(0.05)
         stdout, stderr = site.stdout(), site.stderr()
     yield {"stdout": stdout, "stderr": stderr, "answers": answers, "ids": [*ids, unknown],
            "keys": [key, wrong]}  # fmt: skip

@@ -97,8 +97,21 @@ def test_a_worker_killed_mid_ingest_leaves_no_partial_receipt_and_no_gap(site: L
     with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
         futures = [pool.submit(client, n) for n in range(CLIENTS)]
         killed: list[int] = []
+        def answers_grow_by(count: int) -> None:
+            """Wait until the load has had `count` more answers (it is running, and reaching
+            the workers there are now)."""
+            with lock:
+                target = len(answered) + count
+            deadline = time.monotonic() + 30
+            while True:
+                with lock:
+                    if len(answered) >= target or bad:
+                        return
+                assert time.monotonic() < deadline, ("the load got no answers", site.logs())
+                time.sleep(0.02)
+
         try:
-            time.sleep(1.0)
+            answers_grow_by(2 * CLIENTS)  # every client under way
             for _ in range(KILLS):
                 pids = workers_of(master)
                 assert pids, "gunicorn has no workers"
@@ -110,7 +123,7 @@ def test_a_worker_killed_mid_ingest_leaves_no_partial_receipt_and_no_gap(site: L
                 while victim in workers_of(master) or len(workers_of(master)) < WORKERS:
                     assert time.monotonic() < deadline, ("no replacement worker", site.logs())
                     time.sleep(0.05)
-                time.sleep(0.7)
+                answers_grow_by(2 * CLIENTS)  # the load reaches the new worker
         finally:
             stop.set()
             for future in futures:
