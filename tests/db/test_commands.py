@@ -438,3 +438,53 @@ def test_checklog_against_a_missing_file_fails(producer: Producer, tmp_path: Pat
     publish(producer, 1)
     with pytest.raises(CommandError, match="cannot read"):
         run("checklog", against=str(tmp_path / "missing.txt"))
+
+
+# --- createauditor ------------------------------------------------------------------------------
+
+
+def test_createauditor_makes_a_staff_user_in_the_auditors_group(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.contrib.auth.models import User
+
+    monkeypatch.setenv("DJANGO_AUDITOR_PASSWORD", "a-long-test-password-1")
+    out = run("createauditor", "ada", "--email", "ada@example.org", "--noinput")
+    assert "ada was created as an auditor" in out
+    ada = User.objects.get(username="ada")
+    assert ada.is_staff and not ada.is_superuser and ada.email == "ada@example.org"
+    assert list(ada.groups.values_list("name", flat=True)) == ["Auditors"]
+    assert ada.check_password("a-long-test-password-1")
+    assert ada.has_perm("receipts.add_reviewdecision") and ada.has_perm("audit.view_auditentry")
+
+
+def test_createauditor_makes_an_existing_user_an_auditor_and_keeps_the_password(
+    db: None,
+) -> None:
+    from django.contrib.auth.models import User
+
+    User.objects.create_user("bob", password="bobs-own-password-2")
+    assert "bob is now an auditor" in run("createauditor", "bob", "--noinput")
+    bob = User.objects.get(username="bob")
+    assert bob.is_staff and bob.check_password("bobs-own-password-2")
+    assert bob.groups.filter(name="Auditors").exists()
+
+
+@pytest.mark.parametrize(
+    ("username", "password", "words"),
+    [
+        ("ada", "", "DJANGO_AUDITOR_PASSWORD"),
+        ("ada", "short", "too short"),
+        ("ada", "ada", "too short"),
+        ("not a name!", "a-long-test-password-1", "USERNAME"),
+    ],
+)
+def test_createauditor_refuses_bad_input_and_changes_nothing(
+    db: None, monkeypatch: pytest.MonkeyPatch, username: str, password: str, words: str
+) -> None:
+    from django.contrib.auth.models import User
+
+    monkeypatch.setenv("DJANGO_AUDITOR_PASSWORD", password)
+    with pytest.raises(CommandError, match=words):
+        run("createauditor", username, "--noinput")
+    assert not User.objects.exists()
