@@ -376,7 +376,7 @@ def test_a_load_running_through_an_outage_loses_nothing_and_stores_nothing_twice
                 assert time.monotonic() < deadline, (why, site.logs(), cluster.log())
                 time.sleep(0.05)
 
-        def stored(answers: list[tuple[str, Response]]) -> bool:
+        def stored_some(answers: list[tuple[str, Response]]) -> bool:
             return sum(what == "POST" and a.status == 201 for what, a in answers) >= 8
 
         def refused(answers: list[tuple[str, Response]]) -> bool:
@@ -385,7 +385,7 @@ def test_a_load_running_through_an_outage_loses_nothing_and_stores_nothing_twice
             return "POST" in kinds and len(kinds) >= 2
 
         try:
-            until(stored, "the load stored nothing before the outage")
+            until(stored_some, "the load stored nothing before the outage")
             cluster.stop("fast")
             stopped = time.monotonic()
             until(refused, "the load never met the outage")
@@ -400,7 +400,7 @@ def test_a_load_running_through_an_outage_loses_nothing_and_stores_nothing_twice
                     later = seen[mark:]
                 if any(what == "POST" and answer.status == 201 for what, answer in later):
                     recovered = time.monotonic() - stopped
-            until(stored, "the load stored nothing after the recovery")
+            until(stored_some, "the load stored nothing after the recovery")
         finally:
             stop.set()
             if not cluster.running():
