@@ -111,6 +111,15 @@ def other_producer(other_key: str) -> Producer:
     return Producer(Client(), other_key)
 
 
+def command_line(*positional: str, **options: Any) -> list[str]:
+    """A management command's arguments as an operator types them: options first, then `--`
+    before the positionals. A kid is base64url, and one in 64 begins with `-`, which a command
+    line without `--` reads as an option (call_command puts required options given as keywords
+    after the positionals, so `--` cannot simply be added there)."""
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
+    return [*flags, "--", *positional]
+
+
 def row_security_statements(route: str) -> int:
     """What PostgreSQL's row-level security adds to the statements of one request, as a test
     counts them (inside the test's transaction, a request's BEGIN and COMMIT are a SAVEPOINT

@@ -65,7 +65,7 @@ def test_the_download_is_the_bundle_and_checks_offline(
     assert bundle["verification"]["receipt_id"] == receipt["id"]
     assert bundle["tlog_proof"].startswith("c2sp.org/tlog-proof@v1\nindex 0\n")
     done = subprocess.run(
-        [str(CLI), str(saved), "--key", site["x"]], capture_output=True, text=True, timeout=60
+        [str(CLI), str(saved), f"--key={site['x']}"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "Verdict: VALID. Every check passed."

@@ -21,7 +21,7 @@ from receiptsite.integrity.keys import generate_private_key_pem, load_private_ke
 from receiptsite.ledger import keyring, log
 from receiptsite.receipts.models import ApiKey, Receipt, SignedCheckpoint, SigningKey, Tenant
 from receiptsite.receipts.services import receipt_ingest
-from tests.conftest import Producer, example_body, tamper
+from tests.conftest import Producer, command_line, example_body, tamper
 
 pytestmark = pytest.mark.db
 
@@ -236,8 +236,8 @@ def test_compromisekey_will_not_take_the_compromised_key_as_the_new_one(
 ) -> None:
     kid = keyring.configured().kid
     with pytest.raises(CommandError, match="the compromised key itself"):
-        run("compromisekey", kid, at="2026-01-01T00:00:00Z",
-            new_key_file=settings.SIGNING_KEY_FILE)
+        run("compromisekey", *command_line(kid, at="2026-01-01T00:00:00Z",
+                                           new_key_file=settings.SIGNING_KEY_FILE))
     assert SigningKey.objects.get(kid=kid).status == SigningKey.ACTIVE
 
 
@@ -248,7 +248,8 @@ def test_compromising_the_old_key_first_signs_with_the_new_one(
     publish(producer, 2)
     new = rotate(settings, tmp_path)  # restarted, but no write path has run yet
     assert "already names the new key" in run(
-        "compromisekey", old, at=SigningKey.objects.get(kid=old).created_at.isoformat()
+        "compromisekey",
+        *command_line(old, at=SigningKey.objects.get(kid=old).created_at.isoformat()),
     )
     assert SigningKey.objects.get(kid=old).status == SigningKey.COMPROMISED
     assert SigningKey.objects.get(kid=new).status == SigningKey.ACTIVE

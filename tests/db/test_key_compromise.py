@@ -28,7 +28,7 @@ from receiptsite.config import signing_key
 from receiptsite.integrity import keys
 from receiptsite.ledger import keyring
 from receiptsite.receipts.models import AppendedSignature, SignedCheckpoint, SigningKey
-from tests.conftest import Producer, lift_guard, tamper
+from tests.conftest import Producer, command_line, lift_guard, tamper
 
 pytestmark = pytest.mark.db
 
@@ -53,7 +53,7 @@ def tick() -> None:
 
 def run_command(*args: Any, **options: Any) -> str:
     out = StringIO()
-    call_command("compromisekey", *args, stdout=out, stderr=StringIO(), **options)
+    call_command("compromisekey", *command_line(*args, **options), stdout=out, stderr=StringIO())
     return out.getvalue()
 
 

@@ -25,7 +25,7 @@ from receiptsite.ledger import keyring, log
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import ApiKey, Receipt, SignedCheckpoint, SigningKey
 from receiptsite.receipts.services import receipt_ingest
-from tests.conftest import Producer, assert_problem, example_body
+from tests.conftest import Producer, assert_problem, command_line, example_body
 
 pytestmark = pytest.mark.db
 
@@ -181,7 +181,7 @@ def test_signingkeys_lists_keys_and_one_compromised(
     old_kid = keys(client)["keys"][0]["kid"]
     rotate(settings, tmp_path)
     # Compromised since before it signed anything: nothing it signed is provably older.
-    call_command("compromisekey", old_kid, at="2000-01-01T00:00:00Z")
+    call_command("compromisekey", *command_line(old_kid, at="2000-01-01T00:00:00Z"))
     call_command("signingkeys")
     out = capsys.readouterr().out
     assert f"{old_kid}  compromised" in out

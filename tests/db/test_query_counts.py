@@ -18,7 +18,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from receiptsite.receipts.models import Checkpoint, Receipt, SignedCheckpoint
-from tests.conftest import Producer, example_body, tamper
+from tests.conftest import Producer, command_line, example_body, tamper
 
 pytestmark = pytest.mark.db
 
@@ -139,7 +139,9 @@ def test_a_receipt_signed_again_after_a_key_compromise_costs_one_more_query(
     copy.write_bytes(Path(settings.SIGNING_KEY_FILE).read_bytes())
     settings.SIGNING_KEY_FILE = str(copy)
     # Compromised as of now: both receipts were logged before, and are signed again.
-    call_command("compromisekey", keyring.configured().kid, at=_now(), stdout=StringIO())
+    call_command(
+        "compromisekey", *command_line(keyring.configured().kid, at=_now()), stdout=StringIO()
+    )
     path = public_requests(stored["id"])[route]
     client.get(path)
     response, sql = queries_of(lambda: client.get(path))

@@ -161,7 +161,7 @@ def test_receipt_verify_checks_the_downloaded_bundle_with_no_network(
 
     for key in (x, str(keys_file)):
         done = subprocess.run(
-            [str(CLI), str(file), "--key", key, "--json"],
+            [str(CLI), str(file), f"--key={key}", "--json"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
@@ -174,7 +174,7 @@ def test_receipt_verify_checks_the_downloaded_bundle_with_no_network(
     bundle["tlog_proof"] = bundle["tlog_proof"].replace("index 0\n", "index 1\n")
     file.write_text(json.dumps(bundle))
     done = subprocess.run(
-        [str(CLI), str(file), "--key", x, "--json"], capture_output=True, text=True, timeout=60
+        [str(CLI), str(file), f"--key={x}", "--json"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 1, done.stdout
     failed = [c["name"] for c in json.loads(done.stdout)["checks"] if c["result"] == "fail"]

@@ -89,9 +89,12 @@ def session() -> Iterator[dict[str, Any]]:
         assert call("GET", f"/api/receipts?api_key={key}", key=wrong).status == 401
         invalid = {**one, "idempotency_key": f"{workflow}/bad", "outcome": "maybe"}
         assert call("POST", "/api/receipts", invalid, key=key).status == 422
-        deadline = time.monotonic() + 15  # gunicorn writes each access line after its answer
-        while len(site.stdout().splitlines()) < len(answers) + 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        # gunicorn writes each access line after its answer: wait for the line of each request
+        # (by its id), not for a count of lines, which other requests (the start's probe) share.
+        sent = {answer.headers["X-Request-ID"] for answer in answers}
+        deadline = time.monotonic() + 30
+        while any(i not in site.stdout() for i in sent) and time.monotonic() < deadline:
+            time.sleep(0.05)
         # And Django's line of the last request (the 422), on the other stream.
         while "Unprocessable" not in site.stderr() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -56,8 +56,8 @@ def test_a_pinned_bare_key_checks_a_bundle_it_signed() -> None:
     x, is enough; the first key is not (nor are the bundle's own keys, once a key is given)."""
     first, second = (k["x"] for k in load("keys.json")["keys"])
     linked = str(VECTORS / "bundles/valid/linked.json")
-    assert run(linked, "--key", second).returncode == 0
-    done = run(linked, "--key", first, "--json")
+    assert run(linked, f"--key={second}").returncode == 0
+    done = run(linked, f"--key={first}", "--json")
     assert done.returncode == 1
     failed = [c["name"] for c in json.loads(done.stdout)["checks"] if c["result"] == "fail"]
     assert failed == ["signature", "checkpoint_signature", "tlog_proof"]

@@ -108,20 +108,20 @@ def test_a_pinned_base64url_key_checks_what_it_signed_and_nothing_else() -> None
     keys = load("keys.json")["keys"]
     first, second = keys[0]["x"], keys[1]["x"]
     linked = str(VECTORS / "valid/linked.json")  # receipt and checkpoint: the second key
-    assert run(linked, "--key", second).returncode == 0
-    done = run(str(VECTORS / "valid/plain.json"), "--key", second, "--json")
+    assert run(linked, f"--key={second}").returncode == 0
+    done = run(str(VECTORS / "valid/plain.json"), f"--key={second}", "--json")
     assert done.returncode == 1
     assert [c["name"] for c in json.loads(done.stdout)["checks"] if c["result"] == "fail"] == [
         "signature"
     ]
-    done = run(str(VECTORS / "valid/plain.json"), "--key", first, "--json")
+    done = run(str(VECTORS / "valid/plain.json"), f"--key={first}", "--json")
     assert done.returncode == 1
     assert [c["name"] for c in json.loads(done.stdout)["checks"] if c["result"] == "fail"] == [
         "checkpoint_signature"
     ]
     # The earlier verification's checkpoint was signed by the first key too.
-    assert run(str(VECTORS / "valid/plain-at-size-2.json"), "--key", first).returncode == 0
-    assert run(linked, "--key", fresh_x()).returncode == 1
+    assert run(str(VECTORS / "valid/plain-at-size-2.json"), f"--key={first}").returncode == 0
+    assert run(linked, f"--key={fresh_x()}").returncode == 1
 
 
 def test_a_pinned_key_marked_compromised_in_the_keys_document_fails() -> None:
@@ -193,9 +193,9 @@ def test_an_unusable_key_cannot_check(key: str) -> None:
 
 
 def test_a_target_that_is_not_a_receipt_cannot_check(tmp_path: Path) -> None:
-    assert run(str(tmp_path / "missing.json"), "--key", fresh_x()).returncode == 2
+    assert run(str(tmp_path / "missing.json"), f"--key={fresh_x()}").returncode == 2
     (tmp_path / "other.json").write_text('{"hello": "world"}')
-    assert run(str(tmp_path / "other.json"), "--key", fresh_x()).returncode == 2
+    assert run(str(tmp_path / "other.json"), f"--key={fresh_x()}").returncode == 2
 
 
 # --- RFC 8785 --------------------------------------------------------------------------------

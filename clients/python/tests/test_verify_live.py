@@ -45,7 +45,7 @@ def test_a_verify_url_verifies_and_a_pinned_key_needs_no_trust(live: dict[str, A
     assert done.returncode == 0, done.stdout
     assert json.loads(done.stdout)["status"] == "valid"
     x = live["keys"]["keys"][0]["x"]
-    pinned = run(live["receipt"]["url"], "--key", x)
+    pinned = run(live["receipt"]["url"], f"--key={x}")
     assert pinned.returncode == 0, pinned.stdout
     assert "not independent" not in pinned.stdout
 
@@ -53,7 +53,7 @@ def test_a_verify_url_verifies_and_a_pinned_key_needs_no_trust(live: dict[str, A
 def test_a_pinned_key_that_is_not_the_sites_is_invalid(
     live: dict[str, Any], tmp_path: Path
 ) -> None:
-    done = run(live["receipt"]["url"], "--key", fresh_x(), "--json")
+    done = run(live["receipt"]["url"], f"--key={fresh_x()}", "--json")
     assert done.returncode == 1, done.stdout
     failed = [c["name"] for c in json.loads(done.stdout)["checks"] if c["result"] == "fail"]
     assert failed == ["signature", "checkpoint_signature"]
