@@ -12,7 +12,14 @@ nothing instead of another tenant's rows. They bind a role that does not own the
   BYPASSRLS. `migrate` run with DATABASE_SITE_ROLE=<role> grants it exactly what `grants()`
   says: SELECT and INSERT on the append-only tables (the ones 0002's trigger guards), SELECT on
   django_migrations, SELECT/INSERT/UPDATE/DELETE on the rest, nothing on the audit log's prune
-  permits (only `pruneauditlog`, run as the owner, writes them); no TRUNCATE, no DDL.
+  permits (only `pruneauditlog`, run as the owner, writes them); no TRUNCATE, no DDL. It may
+  create nothing, not even a temporary table (one of a table's name would come first on the
+  search path): `migrate` takes TEMPORARY and CREATE on the database, and CREATE on schema
+  public, from it and from PUBLIC (through which every role holds TEMPORARY), and if the role
+  still owns or may create anything there (holdings()), it grants nothing and says what. The
+  site's functions name their tables with their schema and fix their search_path too
+  (migration 0012, which writes them out), so no session, the owner's included, can stand in
+  for a table.
 
 What the site role may see of a scoped table is the union of these policies, each of which
 matches nothing while its setting is unset:
@@ -61,6 +68,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from django.conf import settings
+from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest, HttpResponse
@@ -89,6 +97,29 @@ READ_ONLY_TABLES = ("django_migrations",)
 ERASE_FUNCTION = "receiptsite_erase_withdrawn(bigint)"
 # Written by commands run as the owner, never by the site: the permit to prune the audit log.
 OWNER_ONLY_TABLES = ("audit_prunepermit",)
+# What the site role must not hold once granted: a table, function, schema or the database
+# of its own (directly or through a role it is a member of), a right to create a temporary
+# table or any other object, or an attribute that goes around all of it.
+_SCHEMAS = "n.nspname NOT LIKE 'pg\\_%%' AND n.nspname <> 'information_schema'"
+_HOLDS = f"""
+SELECT what FROM (
+    SELECT 'the database ' || quote_ident(datname) AS what, datdba AS owner
+    FROM pg_database WHERE datname = current_database()
+    UNION ALL SELECT 'schema ' || quote_ident(n.nspname), n.nspowner
+    FROM pg_namespace n WHERE {_SCHEMAS}
+    UNION ALL SELECT 'relation ' || c.oid::regclass::text, c.relowner
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE {_SCHEMAS}
+    UNION ALL SELECT 'function ' || p.oid::regprocedure::text, p.proowner
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE {_SCHEMAS}
+) owned WHERE pg_has_role(%(role)s, owner, 'MEMBER')
+UNION ALL SELECT privilege || ' on the database' FROM unnest(ARRAY['TEMPORARY', 'CREATE'])
+    AS privilege WHERE has_database_privilege(%(role)s, current_database(), privilege)
+UNION ALL SELECT 'CREATE on schema ' || quote_ident(n.nspname) FROM pg_namespace n
+    WHERE {_SCHEMAS} AND has_schema_privilege(%(role)s, n.oid, 'CREATE')
+UNION ALL SELECT attribute FROM pg_roles, LATERAL (VALUES ('SUPERUSER', rolsuper),
+    ('BYPASSRLS', rolbypassrls), ('CREATEROLE', rolcreaterole)) AS a (attribute, held)
+    WHERE rolname = %(role)s AND held
+"""
 
 
 def install(db: BaseDatabaseWrapper) -> None:
@@ -103,7 +134,13 @@ def grants(db: BaseDatabaseWrapper, role: str) -> list[str]:
     with db.cursor() as cursor:
         cursor.execute(_APPEND_ONLY)
         append_only = {name for (name,) in cursor.fetchall()}
+        cursor.execute("SELECT current_database()")
+        database = db.ops.quote_name(cursor.fetchone()[0])
     statements = [
+        # No temporary table, nor any object, that a name could be looked up in: every role
+        # holds TEMPORARY on a database through PUBLIC unless it is taken from PUBLIC too.
+        f"REVOKE TEMPORARY, CREATE ON DATABASE {database} FROM PUBLIC, {role}",
+        f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}",
         f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}",
         f"GRANT USAGE ON SCHEMA public TO {role}",
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}",
@@ -123,10 +160,29 @@ def grants(db: BaseDatabaseWrapper, role: str) -> list[str]:
     return statements
 
 
+def holdings(db: BaseDatabaseWrapper, role: str) -> list[str]:
+    """What `role` owns or may create in this database, and the attributes that would let it
+    around the grants: nothing, for a site role."""
+    with db.cursor() as cursor:
+        cursor.execute(_HOLDS, {"role": role})
+        return [what for (what,) in cursor.fetchall()]
+
+
 def grant(db: BaseDatabaseWrapper, role: str) -> None:
+    """Grant the site role what grants() says, or, if it still holds anything of its own
+    after that (holdings()), change nothing and say what."""
     with transaction.atomic(using=db.alias), db.cursor() as cursor:
         for statement in grants(db, role):
             cursor.execute(statement)
+        held = holdings(db, role)
+        if held:
+            raise CommandError(
+                f"DATABASE_SITE_ROLE {role} must own nothing and be able to create nothing in "
+                f"this database, and it holds: {'; '.join(held)}. Run migrate as the "
+                "database's owner, and make the site role no superuser, no BYPASSRLS, no "
+                "CREATEROLE, owner of nothing and member of no role that owns anything here "
+                "(README, \"Database roles\"); nothing was granted."
+            )
 
 
 def after_migrate(*, using: str, **kwargs: Any) -> None:
