@@ -192,9 +192,10 @@ gunicorn.util.write_error = _write_problem
 # receiptsite.logconfig. Gunicorn writes two logs of its own that Django never sees: the access
 # log (every request line, with the path and the Referer, which is often a receipt page) and the
 # error log ("Error handling request /run/<id>"). A receipt link is a capability, so their
-# handlers, like Django's, pass receiptsite.logconfig.MaskCapabilityURLs, which cuts every UUID
-# in a line to its first 8 hex digits (and an API key to its prefix). Every line is one JSON
-# object with the request id; the access log goes to stdout, everything else to stderr.
+# handlers, like Django's, pass receiptsite.logconfig.MaskCapabilityURLs, which cuts every run
+# of 16 or more hex digits (a UUID, or most of one) in a line to its first 8 (and an API key to
+# its prefix). Every line is one JSON object with the request id; the access log goes to stdout,
+# everything else to stderr.
 loglevel = site.LOG_LEVEL.lower()
 accesslog = None  # the access handler comes from logconfig_dict, with the filter
 # The access line's `message`: client, time, request line, status, size, duration in

@@ -45,7 +45,8 @@ def receipt_not_found() -> Problem:
 
 def set_capability_headers(response: HttpResponse) -> HttpResponse:
     """A path holding a receipt id is a capability URL: keep it out of referrers, search
-    engines and caches."""
+    engines and caches. Set on every answer under such a path by
+    middleware.RouteHeadersMiddleware."""
     response["Referrer-Policy"] = "same-origin"
     response["X-Robots-Tag"] = "noindex"
     response["Cache-Control"] = "no-store"
@@ -54,13 +55,13 @@ def set_capability_headers(response: HttpResponse) -> HttpResponse:
 
 def capability(view: View) -> View:
     """For pages whose path holds a receipt id (API routes say `capability=True`). On
-    PostgreSQL the page reads that receipt by its id, and cannot list (rowsecurity)."""
+    PostgreSQL the page reads that receipt by its id, and cannot list (rowsecurity). The
+    headers are set for the path, whatever answers it (middleware.RouteHeadersMiddleware)."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         with rowsecurity.receipt_scope(kwargs["receipt_id"]):
-            response = view(request, *args, **kwargs)
-        return set_capability_headers(response)
+            return view(request, *args, **kwargs)
 
     return wrapper
 

@@ -69,21 +69,26 @@ def envlist(name: str, default: list[str]) -> list[str]:
 # --- RATE_LIMITS ---------------------------------------------------------------------------
 
 # scope -> (burst, tokens per second). Ingest counts receipts per API key; read counts
-# requests (per key for the tenant's list, per client address for pages and verification).
+# requests (per key for the tenant's list, per client address for pages and verification);
+# auth counts failed authentications on tenant routes (401s), per client address: a burst of
+# 20, then 6 a minute.
 RateLimits = dict[str, tuple[float, float]]
-DEFAULT_RATE_LIMITS: RateLimits = {"ingest": (200.0, 50.0), "read": (30.0, 5.0)}
+DEFAULT_RATE_LIMITS: RateLimits = {
+    "ingest": (200.0, 50.0), "read": (30.0, 5.0), "auth": (20.0, 0.1)
+}
 
 
 def rate_limits(text: str) -> RateLimits | None:
-    """`off` (None), `on` (the defaults), or `ingest=BURST/PER_SECOND,read=BURST/PER_SECOND`,
-    each scope optional (an absent one keeps its default)."""
+    """`off` (None), `on` (the defaults), or `SCOPE=BURST/PER_SECOND,...` for the scopes of
+    DEFAULT_RATE_LIMITS, each optional (an absent one keeps its default)."""
     value = text.strip().lower()
     if value == "off":
         return None
     limits = dict(DEFAULT_RATE_LIMITS)
     if value in ("", "on"):
         return limits
-    usage = "must be off, on, or ingest=BURST/PER_SECOND,read=BURST/PER_SECOND"
+    usage = "must be off, on, or " + ",".join(f"{name}=BURST/PER_SECOND"
+                                              for name in DEFAULT_RATE_LIMITS)
     for part in value.split(","):
         name, equals, spec = (piece.strip() for piece in part.partition("="))
         if name not in DEFAULT_RATE_LIMITS or not equals:

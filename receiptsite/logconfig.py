@@ -3,13 +3,13 @@
 credentials cut out.
 
 A receipt link is a capability: whoever holds it can read the receipt. So no log line may hold
-a receipt id in full: Django's "Not Found: /run/<id>" warnings, the development server's and
-gunicorn's access lines and gunicorn's "Error handling request /run/<id>" included, and however
-the id was spelt in the request (any case, with its hyphens written `%2D`, its digits
-percent-encoded: Django decodes the path before routing, so each of these is served). An API
-key is a credential: it is cut to its public prefix, and the Authorization header is never
-logged. Every handler below passes MaskCapabilityURLs, and JSONFormatter masks the whole line
-once more, exception text included.
+a receipt id in full, nor most of one (any run of 16 or more hex digits is cut to its first 8):
+Django's "Not Found: /run/<id>" warnings, the development server's and gunicorn's access lines
+and gunicorn's "Error handling request /run/<id>" included, and however the id was spelt in the
+request (any case, with its hyphens written `%2D`, its digits percent-encoded: Django decodes
+the path before routing, so each of these is served). An API key is a credential: it is cut to
+its public prefix, and the Authorization header is never logged. Every handler below passes
+MaskCapabilityURLs, and JSONFormatter masks the whole line once more, exception text included.
 
 Each line is one JSON object: `time` (UTC, RFC 3339), `level`, `logger`, `pid`, `message`, and
 `request_id` when a request is being served (RequestIDMiddleware sets it in `request_id`, a
@@ -36,9 +36,11 @@ request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 _HEX = r"(?:[0-9a-fA-F]|%3[0-9]|%[46][1-6])"
 # A UUID's separator: a hyphen, percent-encoded or not, or none at all.
 _SEP = r"(?:-|%2[dD])?"
-UUID_RE = re.compile(
-    rf"({_HEX}{{8}}){_SEP}{_HEX}{{4}}{_SEP}{_HEX}{{4}}{_SEP}{_HEX}{{4}}{_SEP}{_HEX}{{12}}"
-)
+# Any run of 16 or more hex digits, separators allowed between: a receipt id (32 digits),
+# but also most of one (a request for an id one digit short would otherwise log 31 of its
+# 32 digits). Its first 8 digits are kept, as much of an id as a log line may hold.
+ID_RUN_MIN = 16
+HEX_RUN_RE = re.compile(rf"({_HEX}(?:{_SEP}{_HEX}){{7}})(?:{_SEP}{_HEX}){{{ID_RUN_MIN - 8},}}")
 # An API key: "rk_", its public prefix (12 hex digits), "_", its secret.
 API_KEY_RE = re.compile(r"\b(rk_[0-9a-fA-F]{12})_[A-Za-z0-9_-]+")
 # A bearer credential of any kind, wherever it might be quoted.
@@ -51,8 +53,8 @@ _SECRET_ATOM_RE = re.compile(r"(?i)authorization|cookie|api[-_]?key")
 
 
 def mask(text: str) -> str:
-    text = UUID_RE.sub(r"\1-…", text)
     text = API_KEY_RE.sub(r"\1_…", text)
+    text = HEX_RUN_RE.sub(r"\1-…", text)
     return BEARER_RE.sub(r"\1 …", text)
 
 

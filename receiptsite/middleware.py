@@ -1,19 +1,25 @@
-"""Site-wide middleware: request ids, and a clear 503 while the database is unreachable."""
+"""Site-wide middleware: request ids, the headers a route's path asks for (capability URLs,
+routes readable from any origin), and a clear 503 while the database is unreachable."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, get_resolver, get_urlconf
+from django.urls.resolvers import RoutePattern
 from django.utils import translation
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import get_supported_language_variant
 
 from receiptsite import logconfig
+from receiptsite.capability import ReceiptIdConverter, View, set_capability_headers
 from receiptsite.problems import problem
 
 logger = logging.getLogger(__name__)
@@ -40,6 +46,75 @@ class RequestIDMiddleware:
             logconfig.request_id.reset(token)
         response["X-Request-ID"] = request_id
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        return response
+
+
+def cross_origin(view: View) -> View:
+    """Mark a view readable from any origin (the public JSON routes, the offline bundle):
+    RouteHeadersMiddleware sends `Access-Control-Allow-Origin: *` on every answer of its path,
+    a 404 for a malformed id included."""
+    view.cross_origin = True  # type: ignore[attr-defined]
+    return view
+
+
+@dataclass(frozen=True)
+class PathKind:
+    capability: bool = False  # the path holds a receipt id, or lies where one would
+    cross_origin: bool = False  # a route readable from any origin
+
+
+Route = tuple[re.Pattern[str], PathKind]
+
+
+@functools.cache
+def _routes(urlconf: str | None) -> tuple[tuple[Route, ...], tuple[str, ...]]:
+    """Each route of the URLconf as a pattern that takes any segment where it takes a
+    parameter (so that a malformed id is still that route's path), with its kind; and the
+    capability prefixes, each route's path up to its receipt id (`/run/`, `/api/receipt/`...)."""
+    routes: list[Route] = []
+    prefixes: list[str] = []
+    for entry in get_resolver(urlconf).url_patterns:
+        if not (isinstance(entry, URLPattern) and isinstance(entry.pattern, RoutePattern)):
+            continue  # the admin's include: neither
+        route = str(entry.pattern)
+        converters = entry.pattern.converters.values()
+        holds_id = any(isinstance(c, ReceiptIdConverter) for c in converters)
+        loose = "[^/]+".join(re.escape(part) for part in re.split(r"<[^>]+>", route))
+        kind = PathKind(holds_id, bool(getattr(entry.callback, "cross_origin", False)))
+        routes.append((re.compile(f"/{loose}"), kind))
+        if holds_id:
+            prefixes.append("/" + route[: route.index("<")])
+    return tuple(routes), tuple(prefixes)
+
+
+def path_kind(path: str) -> PathKind:
+    """What the URLconf's routes say of `path` (a request's path_info): the first route whose
+    shape it has decides (`/api/receipts/batch` is that route, not an id); a path of no route
+    under a capability prefix (`/run/<anything>/...`) is a capability URL still."""
+    routes, prefixes = _routes(get_urlconf())
+    for pattern, kind in routes:
+        if pattern.fullmatch(path):
+            return kind
+    return PathKind(capability=path.startswith(prefixes))
+
+
+class RouteHeadersMiddleware:
+    """The headers a path asks for, on every answer of it, whatever made the answer (the view,
+    the 404 of a malformed id, the CSRF 403, the redirect to https, an error page): a
+    capability URL's (capability.set_capability_headers) and, on a route marked
+    `cross_origin`, `Access-Control-Allow-Origin: *`. Keyed on the path (path_kind), and placed
+    outside SecurityMiddleware and CsrfViewMiddleware so that their answers carry them too."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        kind = path_kind(request.path_info)
+        if kind.capability:
+            set_capability_headers(response)
+        if kind.cross_origin:
+            response["Access-Control-Allow-Origin"] = "*"
         return response
 
 

@@ -57,3 +57,19 @@ class Problem(Exception):
 def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JsonResponse:
     """The problem+json answer itself, for code that answers rather than raises."""
     return Problem(status, slug, title, detail, **extra).response()
+
+
+def withdrawn_key(*, receipt_id: str, url: str) -> Problem:
+    """410 `withdrawn`: a POST under the idempotency key of a receipt that was withdrawn. The
+    key stays spent, so that a producer's retry never publishes withdrawn content again;
+    nothing is stored. `id` and `url` name the withdrawn receipt (as `idempotency-key-reused`
+    names its receipt)."""
+    return Problem(
+        410,
+        "withdrawn",
+        "The idempotency key names a withdrawn receipt",
+        "This idempotency key named a receipt that has since been withdrawn: its content was "
+        "erased and is not stored again. Nothing was stored; a new receipt needs a new key.",
+        id=receipt_id,
+        url=url,
+    )

@@ -47,6 +47,9 @@ if not DEBUG:
         )
 elif not SECRET_KEY:
     SECRET_KEY = "insecure-development-only-key"  # DEBUG only; never reaches production
+# Former secret keys, still honoured after a rotation (README, "Configuration"): among what is
+# made with SECRET_KEY, the hashes a withdrawal keeps of its receipt's idempotency key.
+SECRET_KEY_FALLBACKS = envlist("SECRET_KEY_FALLBACKS", [])
 # The private key itself, loaded now: a missing, unreadable or wrong file stops the start.
 # Each process reads it once, so a new key takes a restart (README, "Rotating the signing
 # key"). Only with DEBUG on may it be absent: the site then cannot sign, so it stores no
@@ -134,6 +137,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "receiptsite.middleware.RequestIDMiddleware",
+    # Outside SecurityMiddleware and CSRF: their redirects and 403s carry the path's headers too.
+    "receiptsite.middleware.RouteHeadersMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "receiptsite.middleware.ResourcePolicyMiddleware",
     # Before WhiteNoise, so that static files carry the CSP too (every response does).
@@ -262,8 +267,9 @@ BATCH_MAX_ITEMS = 500
 TEXT_LIMIT = envint("TEXT_LIMIT", 4000)
 DATA_UPLOAD_MAX_MEMORY_SIZE = BATCH_MAX_BYTES
 
-# RATE_LIMITS: "off", "on" (the defaults), or "ingest=BURST/PER_SECOND,read=BURST/PER_SECOND";
-# parsed here into {scope: (burst, per second)}, or None for off.
+# RATE_LIMITS: "off", "on" (the defaults), or "SCOPE=BURST/PER_SECOND,..." for the scopes
+# ingest, read and auth (config.DEFAULT_RATE_LIMITS); parsed here into {scope: (burst, per
+# second)}, or None for off.
 RATE_LIMITS = config.rate_limits(env("RATE_LIMITS", "on"))
 TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
 

@@ -1,5 +1,6 @@
 """Rate limits: token buckets that every worker and every host of the site share, and how a
-route takes from them (`throttle`; pages by `rate_limited`, JSON routes by api_route).
+route takes from them (`throttle`; pages by `rate_limited`, JSON routes by api_route, whose
+`authenticate` charges each failed authentication to the client address's `auth` bucket).
 
 A bucket holds up to `burst` tokens and refills at `rate` tokens a second; a request takes
 `cost` of them, or is refused and told how long to wait. Each take is one atomic step on the

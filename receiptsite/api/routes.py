@@ -1,6 +1,6 @@
-"""The shape of every JSON route: method checks, API key authentication, rate limits, the
-audit log's entry, capability headers (receiptsite/capability.py), and the one place a Problem
-becomes its problem+json answer.
+"""The shape of every JSON route: method checks, API key authentication (and the limit and
+record of its failures), rate limits, the audit log's entry, a capability's scope
+(receiptsite/capability.py), and the one place a Problem becomes its problem+json answer.
 
 Every JSON route is one `@api_route(...)`; the order of what it does is fixed here, not by
 the order decorators happen to be stacked in.
@@ -16,11 +16,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from receiptsite.api.ratelimit import client_address, throttle
-from receiptsite.audit.recording import audited
-from receiptsite.capability import View, set_capability_headers
+from receiptsite.audit.recording import audited, failed_authentication
+from receiptsite.capability import View
+from receiptsite.middleware import cross_origin
 from receiptsite.problems import Problem
 from receiptsite.receipts import rowsecurity
-from receiptsite.receipts.models import ApiKey
+from receiptsite.receipts.models import ApiKey, AuthFailure, KeyRefused
 
 
 def json_response(body: Any, status: int = 200) -> JsonResponse:
@@ -45,18 +46,31 @@ def _method_not_allowed(request: HttpRequest, allowed: tuple[str, ...]) -> Probl
 
 
 def authenticate(request: HttpRequest) -> ApiKey:
-    """The active key of `Authorization: Bearer <key>`, with its tenant; Problem 401 else."""
-    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-    key = ApiKey.authenticate(raw.strip()) if scheme.lower() == "bearer" else None
-    if key is None:
-        raise Problem(
-            401,
-            "unauthorized",
-            "A valid API key is required",
-            "Send an active API key as `Authorization: Bearer <key>`. "
-            "The key given is missing, unknown or revoked.",
-        )
-    return key
+    """The active key of `Authorization: Bearer <key>`, with its tenant; else Problem 401.
+
+    A failure takes a token from the client address's bucket in the `auth` rate limit, and is
+    recorded without the key (receiptsite/audit/recording.py). Once the address has spent
+    that limit, its failures are answered 429 and not recorded. A valid key never touches
+    that bucket: it is limited per key, by the route's own scope."""
+    header = request.headers.get("Authorization", "").strip()
+    scheme, _, raw = header.partition(" ")
+    found: ApiKey | KeyRefused
+    if header and scheme.lower() != "bearer":
+        found = KeyRefused(AuthFailure.MALFORMED, "")
+    else:
+        found = ApiKey.look_up(raw.strip())
+    if isinstance(found, ApiKey):
+        return found
+    address = client_address(request)
+    throttle("auth", address)
+    failed_authentication(request, found, address)
+    raise Problem(
+        401,
+        "unauthorized",
+        "A valid API key is required",
+        "Send an active API key as `Authorization: Bearer <key>`. "
+        "The key given is missing, unknown or revoked.",
+    )
 
 
 def api_route(
@@ -68,7 +82,8 @@ def api_route(
     own_transactions: bool = False,
 ) -> Callable[[View], View]:
     """Every JSON route, in one order: the method (405 problem+json with `Allow`; HEAD where
-    GET is served), then with `tenant` the bearer key (401; the view gets a TenantRequest),
+    GET is served), then with `tenant` the bearer key (401, or 429 once the client address has
+    spent its `auth` limit of failures; the view gets a TenantRequest),
     then the rate limit of `rate[method]` (per key on tenant routes, per client address on
     public ones), then the view. A Problem raised anywhere below becomes its answer here.
     `public` routes may be read from any origin; `capability` routes (a receipt id in the
@@ -112,13 +127,10 @@ def api_route(
                         response = serve()
             except Problem as error:
                 response = error.response()
-            if capability:
-                set_capability_headers(response)
-            if public:
-                response["Access-Control-Allow-Origin"] = "*"
             return response
 
-        return csrf_exempt(wrapper)
+        # The path's headers (capability URL, any origin) are RouteHeadersMiddleware's.
+        return csrf_exempt(cross_origin(wrapper) if public else wrapper)
 
     return decorator
 

@@ -30,12 +30,14 @@ from receiptsite.evidence.openapi import OPENAPI
 from receiptsite.integrity.encoding import b64
 from receiptsite.ledger import keyring, log
 from receiptsite.ledger.keys_document import keys_document_json
-from receiptsite.problems import Problem
+from receiptsite.problems import Problem, withdrawn_key
 from receiptsite.receipts.models import Receipt
 from receiptsite.receipts.services import (
     BeforeCommit,
     IdempotencyKeyReused,
+    IdempotencyKeyWithdrawn,
     Ingested,
+    Refusal,
     receipt_ingest,
     receipts_ingest,
 )
@@ -44,8 +46,10 @@ from receiptsite.withdrawal import withdrawals as withdrawal
 # --- storing receipts ----------------------------------------------------------------------
 
 
-def _refusal(error: DocumentInvalid | IdempotencyKeyReused) -> Problem:
+def _refusal(error: Refusal) -> Problem:
     """The Problem a single POST answers for an item it does not store."""
+    if isinstance(error, IdempotencyKeyWithdrawn):
+        return withdrawn_key(receipt_id=error.receipt.uuid, url=error.receipt.url)
     if isinstance(error, DocumentInvalid):
         fields = ", ".join(e["field"] or "(the document)" for e in error.errors)
         return Problem(
@@ -74,7 +78,7 @@ def _ingest(
         return receipt_ingest(
             api_key=request.api_key, payload=payload, before_commit=before_commit
         )
-    except (DocumentInvalid, IdempotencyKeyReused) as error:
+    except (DocumentInvalid, IdempotencyKeyReused, IdempotencyKeyWithdrawn) as error:
         raise _refusal(error) from None
 
 
@@ -192,8 +196,8 @@ def receipt_detail(request: TenantRequest, receipt_id: uuid.UUID) -> HttpRespons
         raise receipt_not_found()
     if (found := withdrawal.withdrawn(receipt)) is not None:
         return json_response(withdrawal.summary(receipt, found.withdrawal))  # no document: erased
-    document = receipt.document()
-    return json_response({**receipt.summary(document), "document": document})
+    summary, document = withdrawal.shown(receipt)
+    return json_response({**summary, "document": document})
 
 
 @api_route("POST", tenant=True, capability=True, rate={"POST": "ingest"})

@@ -1,6 +1,6 @@
 """The API audit log in the auditor's desk: read-only, filtered, searched by request id, key
 prefix or receipt id; from an entry to the receipts it names, and from a receipt (its admin
-page) to the request that stored it."""
+page) to the request that stored it. The failed authentications beside it, read-only too."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from receiptsite.audit.models import AuditEntry, PrunePermit
+from receiptsite.audit.models import AuditEntry, FailedAuthentication, PrunePermit
 from receiptsite.lib.admin import ReadOnlyAdmin
 from receiptsite.receipts.models import Receipt
 
@@ -60,6 +60,21 @@ class AuditEntryAdmin(ReadOnlyAdmin):
                 if uuid.UUID(i) in found
             ),
         ) or "none"
+
+
+@admin.register(FailedAuthentication)
+class FailedAuthenticationAdmin(ReadOnlyAdmin):
+    """Requests to tenant routes that no key authenticated (401), never the key itself."""
+
+    list_display = ["at", "client_address", "reason", "key_prefix", "method", "path",
+                    "request_id"]
+    list_filter = ["reason", "method", "at"]
+    search_fields = ["=client_address", "=key_prefix", "=request_id"]
+    search_help_text = "A client address, a key prefix (rk_...) or a request id, exactly."
+    date_hierarchy = "at"
+    fields = readonly_fields = ("at", "client_address", "reason", "key_prefix", "method",
+                                "path", "request_id")
+    show_full_result_count = False
 
 
 @admin.register(PrunePermit)

@@ -1,8 +1,10 @@
-"""The API audit log: what each tenant's request asked, who asked, and what it was answered.
+"""The API audit log: what each tenant's request asked, who asked, and what it was answered;
+and the failed authentications of tenant routes, which have no tenant.
 
-Entries are append-only: the database refuses to change one, and lets one go only to
+Both are append-only: the database refuses to change a row, and lets one go only to
 `manage.py pruneauditlog`, inside the transaction in which that command wrote a PrunePermit,
-and only when the entry is older than the permit's cutoff (migrations/0002_append_only).
+and only when the row is older than the permit's cutoff (migrations/0002_append_only, and
+0004_failedauthentication for the failed authentications).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql.compiler import SQLCompiler
 
-from receiptsite.receipts.models import Tenant, format_timestamp
+from receiptsite.receipts.models import AuthFailure, Tenant, format_timestamp
 
 
 class ReceiptIdsField(models.JSONField):
@@ -94,10 +96,42 @@ class AuditEntry(models.Model):
         }
 
 
+class FailedAuthentication(models.Model):
+    """A request to a tenant route that no active API key authenticated (answered 401), as
+    receiptsite/audit/recording.py writes it. Never the key: at most the public prefix of the
+    stored key it named (a revoked key, or a known prefix with a wrong secret). The path is
+    masked as the logs mask it (a receipt id cut short). A refusal by the `auth` rate limit
+    (429) is not recorded, so an address adds rows no faster than its limit allows."""
+
+    at = models.DateTimeField(help_text="When the request reached the route (UTC).")
+    request_id = models.CharField(max_length=128, help_text="The request's X-Request-ID.")
+    client_address = models.CharField(
+        max_length=100, help_text="The client's address, as the rate limits see it."
+    )
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=200, help_text="The path, any receipt id cut short.")
+    reason = models.CharField(max_length=10, choices=AuthFailure.choices)
+    key_prefix = models.CharField(
+        max_length=32, blank=True,
+        help_text="The public prefix of the stored key the request named, if it named one.",
+    )
+
+    class Meta:
+        verbose_name = "failed authentication"
+        indexes = [
+            models.Index(fields=["at"], name="failedauth_at"),  # pruneauditlog, the admin
+            models.Index(fields=["client_address", "at"], name="failedauth_address"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reason} key from {self.client_address} ({self.request_id})"
+
+
 class PrunePermit(models.Model):
     """Written by `manage.py pruneauditlog` only, in the transaction that removes the entries
-    older than `cutoff`; closed (with the count removed) before that transaction commits. The
-    database lets an entry go only against an open permit of the current transaction, refuses
+    and failed authentications older than `cutoff`; closed (with the count of both removed)
+    before that transaction commits. The database lets a row go only against an open permit
+    of the current transaction, refuses
     a permit whose cutoff is less than a day old, and keeps every permit for ever: each prune
     leaves its record."""
 

@@ -21,6 +21,12 @@ short statement:
 Either way the entry is one INSERT and no SELECT. When the request already runs inside a
 transaction (one per tenant request, on PostgreSQL), everything above happens inside it, the
 atomic block a savepoint.
+
+A request that no key authenticates has no tenant and no entry: `failed_authentication`
+records it instead, in a table of its own (one INSERT in autocommit, before any tenant's
+transaction could open), once api_route has taken its token from the client address's `auth`
+rate limit. A request refused by that limit (429) is not recorded: the limit bounds the rows
+an address can add.
 """
 
 from __future__ import annotations
@@ -39,8 +45,9 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from receiptsite import logconfig
-from receiptsite.audit.models import AuditEntry
+from receiptsite.audit.models import AuditEntry, FailedAuthentication
 from receiptsite.problems import Problem
+from receiptsite.receipts.models import KeyRefused
 
 READING_METHODS = ("GET", "HEAD", "OPTIONS")
 
@@ -90,6 +97,10 @@ def problem_type(response: HttpResponse) -> str | None:
     return f"{settings.SITE_URL}/problems/server-error" if response.status_code >= 500 else None
 
 
+def _request_id(request: HttpRequest) -> str:
+    return str(logconfig.request_id.get() or getattr(request, "request_id", ""))
+
+
 def _write(
     request: HttpRequest, at: datetime, started: float, status: int, kind: str | None,
     ids: list[str],
@@ -97,7 +108,7 @@ def _write(
     key = request.api_key  # type: ignore[attr-defined]
     AuditEntry.objects.create(
         at=at,
-        request_id=str(logconfig.request_id.get() or getattr(request, "request_id", "")),
+        request_id=_request_id(request),
         tenant_id=key.tenant_id,
         key_prefix=key.prefix,
         method=request.method or "",
@@ -175,3 +186,18 @@ def audited(
     _record(request, at, started, response)
     return response
 
+
+def failed_authentication(request: HttpRequest, refused: KeyRefused, address: str) -> None:
+    """Record a request to a tenant route that no key authenticated, from client `address`:
+    why, and the prefix of the stored key it named if any, never the key; the path as the
+    logs write it (a receipt id cut short)."""
+    fields = FailedAuthentication._meta
+    FailedAuthentication.objects.create(
+        at=timezone.now(),
+        request_id=_request_id(request),
+        client_address=address[: fields.get_field("client_address").max_length],
+        method=request.method or "",
+        path=logconfig.mask(request.path)[: fields.get_field("path").max_length],
+        reason=refused.reason,
+        key_prefix=refused.key_prefix,
+    )

@@ -37,6 +37,11 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 ID_PARAM = {"name": "receipt_id", "in": "path", "required": True, "schema": UUID}
 AUTH_ERRORS = {"401": _problem("Missing, unknown or revoked API key")}
+# A POST under the idempotency key of a withdrawn receipt (problems.withdrawn_key).
+WITHDRAWN_KEY = _problem(
+    "The idempotency key is that of a receipt the tenant withdrew: nothing is stored; `id` and "
+    "`url` name the withdrawn receipt"
+)
 BODY_ERRORS = {
     "400": _problem("The body is not UTF-8 JSON, or has duplicate keys"),
     "413": _problem("The body is over the size limit"),
@@ -62,7 +67,9 @@ INGEST_ANSWER = {
 SUMMARY = {
     "type": "object",
     "description": "A withdrawn receipt's summary has `withdrawn_at`, null for the fields read "
-    "from its erased document, and no `document`.",
+    "from its erased document, and no `document`. A receipt whose stored bytes are no JSON "
+    'object any more (changed behind the site\'s back) has `"status": "invalid"`, null for '
+    "`subject` and a null `document`; its verification says why.",
     "properties": {
         **INGEST_ANSWER["properties"],  # type: ignore[dict-item]
         "workflow_id": {"type": ["string", "null"]},
@@ -70,6 +77,7 @@ SUMMARY = {
         "subject": {"type": ["object", "null"]},
         "outcome": {"type": ["string", "null"]},
         "withdrawn_at": TIMESTAMP,
+        "status": {"const": "invalid"},
     },
 }
 
@@ -201,6 +209,9 @@ OPENAPI: dict[str, Any] = {
                             "properties": {"field": STRING, "message": STRING},
                         },
                     },
+                    "id": {**UUID, "description": "The receipt an `idempotency-key-reused` "
+                           "or `withdrawn` problem names"},
+                    "url": STRING,
                 },
             },
             "ReceiptIn": RECEIPT_IN,
@@ -228,6 +239,7 @@ OPENAPI: dict[str, Any] = {
                                  _ref("IngestAnswer")),
                     **AUTH_ERRORS,
                     **BODY_ERRORS,
+                    "410": WITHDRAWN_KEY,
                 },
             },
             "get": {
@@ -284,7 +296,11 @@ OPENAPI: dict[str, Any] = {
                 },
                 "responses": {
                     "200": _json(
-                        "One result per item, in order",
+                        "One result per item, in order: a stored or replayed item's answer "
+                        "with `status` 201 and `replayed`, or a refused item's problem with "
+                        "its own `status` (422; 413 for an item over the size limit; 410 "
+                        "`withdrawn` for an item under a withdrawn receipt's key, which stores "
+                        "nothing)",
                         {"type": "object", "properties": {"results": {"type": "array"}}},
                     ),
                     **AUTH_ERRORS,

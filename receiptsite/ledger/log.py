@@ -18,6 +18,11 @@ Writes sign, reads never do:
   stored without its note (by an older release, or a process that died between the two) is
   `pending` for verification until the next write signs it (lock_for_append catches up).
 
+When a note was signed is the database's record: the INSERT names no time, and the database
+stamps `signed_at` with its own clock whatever an INSERT says (receipts/migrations/0013), so
+that no code running as the site's database role can date a checkpoint before a key leaked
+(`compromisekey` takes that time as proof).
+
 The largest tree the site has signed is also remembered in LOG_STATE_FILE, outside the
 database, and with REDIS_URL in Redis as well, where every host of the site sees what the
 others signed (ledger/logstate.py); both once the storing transaction has committed
@@ -258,16 +263,11 @@ def _bring_up_to_date(key: keyring.ActiveKey | None = None) -> Head:
 def _store_note(current: Head, key: keyring.ActiveKey) -> None:
     body = note.checkpoint_body(current.origin, current.size, current.root)
     text = note.sign_note(body, current.origin, key.private)
+    # No signed_at: the database stamps it (see the module's docstring).
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {_SIGNED} (tree_size, note, signing_key_id, signed_at) "
-            "VALUES (%s, %s, %s, %s)",
-            [
-                current.size,
-                text,
-                key.row.pk,
-                connection.ops.adapt_datetimefield_value(timezone.now()),
-            ],
+            f"INSERT INTO {_SIGNED} (tree_size, note, signing_key_id) VALUES (%s, %s, %s)",
+            [current.size, text, key.row.pk],
         )
 
 

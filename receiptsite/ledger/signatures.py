@@ -3,9 +3,12 @@
 A receipt is signed once, when it is stored (Receipt.signature, by Receipt.signing_key). When
 that key is compromised, `manage.py compromisekey` signs again, with the key that replaces it,
 every receipt whose leaf a checkpoint signed before the compromise includes, and stores those
-signatures as AppendedSignature rows (append-only, like the log). A signature counts when it
-verifies now under a published key that is not compromised; the one shown is the newest that
-counts, or, when none does, the newest there is, with a check that says why it fails.
+signatures as AppendedSignature rows (append-only, like the log). When the site signed a
+checkpoint is its own record, stamped by its database's clock (receipts/migrations/0013), and
+the words say so. A signature counts when it verifies now under a published key that is not
+compromised, and, for an appended one, when its checkpoint still proves what it was taken for
+(rests_on_proof); the one shown is the newest that counts, or, when none does, the newest there
+is, with a check that says why it fails.
 
 Only a receipt whose own key is compromised can have appended signatures, so the others cost
 no query here; such a receipt costs one (its appended signatures, newest first).
@@ -16,7 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from receiptsite.integrity import keys
-from receiptsite.receipts.models import AppendedSignature, Receipt, SigningKey, format_timestamp
+from receiptsite.receipts.models import (
+    AppendedSignature,
+    Receipt,
+    SignedCheckpoint,
+    SigningKey,
+    format_timestamp,
+)
 
 SIGNATURE = "signature"
 
@@ -43,8 +52,22 @@ def appended(receipt: Receipt) -> list[AppendedSignature]:
     """The receipt's appended signatures, newest first, with their keys and evidence."""
     return list(
         AppendedSignature.objects.filter(receipt_id=receipt.pk)
-        .select_related("signing_key", "evidence")
+        .select_related("signing_key", "evidence", "evidence__signing_key")
         .order_by("-id")
+    )
+
+
+def rests_on_proof(evidence: SignedCheckpoint, replaced: SigningKey, index: int | None) -> bool:
+    """Whether `evidence`, the checkpoint a signature appended in place of one by `replaced`
+    rests on, shows that the receipt (leaf `index`) was logged before `replaced` was
+    compromised: it includes the leaf, it was signed before that compromise, and its own key
+    had not been compromised when it signed. Both by SigningKey.disowns, against the time the
+    database recorded for the signing (`checklog` holds every appended signature to it)."""
+    return (
+        index is not None
+        and index < evidence.tree_size
+        and not replaced.disowns(evidence.signed_at)
+        and not evidence.signing_key.disowns(evidence.signed_at)
     )
 
 
@@ -66,11 +89,15 @@ def shown(receipt: Receipt, data: bytes) -> Shown:
             "The Ed25519 signature does not verify under the published key.",
         )
     later = appended(receipt)
-    for signature in later:
+    # The key each appended signature took over from: the one before it, else the receipt's.
+    replaced = [signature.signing_key for signature in later[1:]] + [original] if later else []
+    for signature, before in zip(later, replaced, strict=True):
         key = signature.signing_key
         again = bytes(signature.signature)
-        if key.status != SigningKey.COMPROMISED and keys.verify_signature(
-            bytes(key.public_key), data, again
+        if (
+            key.status != SigningKey.COMPROMISED
+            and keys.verify_signature(bytes(key.public_key), data, again)
+            and rests_on_proof(signature.evidence, before, receipt.log_index)
         ):
             return Shown(key, again, True, _resigned(original, signature))
     if not later:
@@ -96,6 +123,17 @@ def shown(receipt: Receipt, data: bytes) -> Shown:
             "signature by a key that is not compromised verifies.",
             compromised=key,
         )
+    if keys.verify_signature(bytes(key.public_key), data, again):
+        return Shown(
+            key,
+            again,
+            False,
+            f"The receipt was signed by {_named(original)}; the signature {_named(key)} "
+            "appended rests on a checkpoint that does not show, by the site's own record, "
+            f"that the receipt was logged before key {replaced[0].kid} was compromised: it "
+            "proves nothing.",
+            compromised=replaced[0],
+        )
     return Shown(
         key,
         again,
@@ -109,7 +147,8 @@ def _resigned(original: SigningKey, signature: AppendedSignature) -> str:
     key = signature.signing_key
     return (
         f"The Ed25519 signature by {_named(key)} verifies. The receipt was first signed by "
-        f"{_named(original)}; the checkpoint of {signature.evidence.tree_size} leaves signed "
-        f"at {format_timestamp(signature.evidence.signed_at)}, before then, already included "
+        f"{_named(original)}; by the site's own record (its database's clock), the "
+        f"checkpoint of {signature.evidence.tree_size} leaves it signed at "
+        f"{format_timestamp(signature.evidence.signed_at)}, before then, already included "
         f"it, so key {key.kid} signed it again at {format_timestamp(signature.signed_at)}."
     )

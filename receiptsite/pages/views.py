@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import uuid
 from typing import Any
 
@@ -14,12 +13,13 @@ from django.template.loader import render_to_string
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
-from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST, require_safe
 
 from receiptsite.api.ratelimit import rate_limited
-from receiptsite.capability import View, capability, receipt_not_found, set_capability_headers
+from receiptsite.capability import capability, receipt_not_found
 from receiptsite.ledger.verification import verification_json
+from receiptsite.middleware import cross_origin, path_kind
 from receiptsite.pages import bundle
 from receiptsite.pages.presentation import page_context, receipt_handoff
 from receiptsite.problems import Problem, problem
@@ -87,8 +87,11 @@ def receipt_page(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     return _render_page(request, receipt, partial=partial)
 
 
+# Another method is a 405 (with Allow), before the CSRF check that a POST still gets.
+@csrf_exempt
 @capability
 @require_POST
+@csrf_protect
 def receipt_decision(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     """Append an auditor's decision from the page (htmx re-renders the decisions list)."""
     receipt = _receipt(receipt_id)
@@ -145,20 +148,9 @@ def _withdrawn_page(request: HttpRequest, found: Withdrawn) -> HttpResponse:
     return render(request, "receipts/withdrawn.html", context, status=410)
 
 
-def _cors(view: View) -> View:
-    """Readable from any origin, like the JSON routes: verifiers on other sites use it."""
-
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        response["Access-Control-Allow-Origin"] = "*"
-        return response
-
-    return wrapper
-
-
+# Readable from any origin, like the JSON routes: verifiers on other sites use it.
+@cross_origin
 @csrf_exempt  # it only reads: another method is a 405, never the CSRF page
-@_cors
 @capability
 @require_safe
 @rate_limited("read")
@@ -173,10 +165,6 @@ def receipt_bundle(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     )
     response["Content-Disposition"] = f'attachment; filename="{bundle.filename(receipt)}"'
     return response
-
-
-def _is_capability_path(path: str) -> bool:
-    return path.startswith(("/run/", "/api/receipt/", "/api/receipts/"))
 
 
 def _is_api(request: HttpRequest) -> bool:
@@ -197,19 +185,13 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    response: HttpResponse
+    # The path's headers (capability URL, any origin) are RouteHeadersMiddleware's.
     if _is_api(request):
-        missing = receipt_not_found() if _is_capability_path(request.path) else Problem(
+        missing = receipt_not_found() if path_kind(request.path_info).capability else Problem(
             404, "not-found", "Not found", "There is no such route or receipt."
         )
-        response = missing.response()
-    else:
-        response = render(request, "404.html", status=404)
-    if _is_capability_path(request.path):
-        set_capability_headers(response)
-    if request.path.startswith("/run/") and request.path.endswith("/bundle.json"):
-        response["Access-Control-Allow-Origin"] = "*"  # as receipt_bundle's own 404
-    return response
+        return missing.response()
+    return render(request, "404.html", status=404)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

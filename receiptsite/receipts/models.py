@@ -14,10 +14,11 @@ import secrets
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from django.conf import settings
 from django.db import connection, models
+from django.db.models.functions import Now
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
@@ -75,15 +76,41 @@ class ApiKey(models.Model):
     @classmethod
     def authenticate(cls, raw: str) -> ApiKey | None:
         """The active key named by `raw`, with its tenant, or None. One query."""
+        found = cls.look_up(raw)
+        return found if isinstance(found, ApiKey) else None
+
+    @classmethod
+    def look_up(cls, raw: str) -> ApiKey | KeyRefused:
+        """The active key named by `raw`, with its tenant (one query), or why not. A value
+        without a key's shape is not looked up. The refusal names the prefix of the stored key
+        `raw` names, if there is one (public, as in every receipt), and never more of `raw`."""
         prefix = raw[: cls.PREFIX_LENGTH]
+        if not raw:
+            return KeyRefused(AuthFailure.MISSING, "")
         if not prefix.startswith("rk_") or len(raw) > 200:
-            return None
+            return KeyRefused(AuthFailure.MALFORMED, "")
         key = cls.objects.select_related("tenant").filter(prefix=prefix).first()
-        if key is None or key.revoked_at is not None:
-            return None
+        if key is None:
+            return KeyRefused(AuthFailure.UNKNOWN, "")
         if not hmac.compare_digest(key.digest, cls.digest_of(raw)):
-            return None
+            return KeyRefused(AuthFailure.UNKNOWN, key.prefix)
+        if key.revoked_at is not None:
+            return KeyRefused(AuthFailure.REVOKED, key.prefix)
         return key
+
+
+class AuthFailure(models.TextChoices):
+    """Why a request to a tenant route was answered 401 (the audit app records each one)."""
+
+    MISSING = "missing", "no key"
+    MALFORMED = "malformed", "not a bearer API key"
+    UNKNOWN = "unknown", "no such key, or not its secret"
+    REVOKED = "revoked", "a revoked key"
+
+
+class KeyRefused(NamedTuple):
+    reason: AuthFailure
+    key_prefix: str  # the stored key's public prefix when `raw` named one, else ""
 
 
 class SigningKey(models.Model):
@@ -150,9 +177,23 @@ class ReceiptQuerySet(models.QuerySet["Receipt"]):
             return _one("r.public_id = %s", params)
         return _one("r.public_id = %s AND r.tenant_id = %s", [*params, tenant_id])
 
-    def by_idempotency_key(self, tenant_id: int, key: str) -> Receipt | None:
-        """The tenant's receipt stored under `key`, fetched as verifiable() fetches it."""
-        return _one("r.tenant_id = %s AND r.idempotency_key = %s", [tenant_id, key])
+    def by_idempotency_key(
+        self, tenant_id: int, key: str, withdrawn: Sequence[str] = ()
+    ) -> Receipt | None:
+        """The tenant's receipt stored under `key`, fetched as verifiable() fetches it; or,
+        given the hashes a withdrawal keeps of the key (`withdrawn`), the tenant's receipt
+        withdrawn under it, whose own key is erased (withdrawal/withdrawals.py). One statement
+        either way; the newest receipt if both match."""
+        if not withdrawn:
+            return _one("r.tenant_id = %s AND r.idempotency_key = %s", [tenant_id, key])
+        hashes = ", ".join(["%s"] * len(withdrawn))
+        return _one(
+            f"r.tenant_id = %s AND r.id IN (SELECT s.id FROM {Receipt._meta.db_table} AS s "
+            "WHERE s.tenant_id = %s AND s.idempotency_key = %s UNION ALL SELECT w.receipt_id "
+            f"FROM {Withdrawal._meta.db_table} AS w WHERE w.tenant_id = %s "
+            f"AND w.idempotency_key_hash IN ({hashes})) ORDER BY r.id DESC",
+            [tenant_id, tenant_id, key, tenant_id, *withdrawn],
+        )
 
 
 class IngestAnswer(TypedDict):
@@ -384,7 +425,9 @@ class SignedCheckpoint(models.Model):
     tree_size = models.BigIntegerField()
     note = models.TextField()
     signing_key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="+")
-    signed_at = models.DateTimeField(default=timezone.now)
+    # Stamped by the database's clock whatever the INSERT says (migrations/0013): the site's
+    # own record of when it signed, which `compromisekey` takes as proof.
+    signed_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         indexes = [models.Index(fields=["tree_size", "id"], name="signedcheckpoint_latest")]
@@ -402,7 +445,7 @@ class AppendedSignature(models.Model):
     receipt = models.ForeignKey(Receipt, on_delete=models.PROTECT, related_name="+")
     signing_key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="+")
     signature = models.BinaryField(max_length=64)
-    signed_at = models.DateTimeField(default=timezone.now)
+    signed_at = models.DateTimeField(db_default=Now())  # the database's clock (0013)
     # The checkpoint that shows the receipt was logged before the old key was compromised.
     evidence = models.ForeignKey(SignedCheckpoint, on_delete=models.PROTECT, related_name="+")
 
@@ -545,8 +588,16 @@ class Withdrawal(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
         related_name="+",
     )
+    # The keyed hash of the receipt's (tenant, idempotency key), never the key, which is
+    # erased with the content: a POST under that key again answers 410 (withdrawals.py,
+    # idempotency_key_hash). Null when the receipt had no key, or was withdrawn before
+    # migrations/0014 (its key already erased, nothing to hash).
+    idempotency_key_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
 
     class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "idempotency_key_hash"], name="withdrawal_key_hash")
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=(

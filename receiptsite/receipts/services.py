@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from receiptsite.evidence.declaration import columns_of
@@ -33,8 +33,10 @@ from receiptsite.receipts.models import (
     ApiKey,
     LogEntry,
     Receipt,
+    Withdrawal,
     format_timestamp,
 )
+from receiptsite.withdrawal import withdrawals as withdrawal
 
 
 class IdempotencyKeyReused(Exception):
@@ -43,6 +45,19 @@ class IdempotencyKeyReused(Exception):
     def __init__(self, receipt: Receipt) -> None:
         super().__init__(receipt.uuid)
         self.receipt = receipt
+
+
+class IdempotencyKeyWithdrawn(Exception):
+    """The key named a receipt that was withdrawn since (its content and key erased): the key
+    stays spent, whatever the request, so that a retry never publishes withdrawn content."""
+
+    def __init__(self, receipt: Receipt) -> None:
+        super().__init__(receipt.uuid)
+        self.receipt = receipt
+
+
+# Why an item is not stored: what a single POST raises, and a batch answers in its place.
+Refusal = DocumentInvalid | IdempotencyKeyReused | IdempotencyKeyWithdrawn
 
 
 @dataclass(frozen=True)
@@ -145,21 +160,30 @@ def receipt_ingest(
     is passed to `before_commit` last thing in the storing transaction (the API writes its
     audit entry there).
 
-    Raises DocumentInvalid (422) or IdempotencyKeyReused (422); log.LogRollback or
-    keyring.CannotSign (503) when the site must not sign, before anything is stored.
+    Raises DocumentInvalid (422), IdempotencyKeyReused (422) or IdempotencyKeyWithdrawn
+    (410); log.LogRollback or keyring.CannotSign (503) when the site must not sign, before
+    anything is stored.
     """
     producer, redactions = prepare(api_key, payload)
     request_hash = sha256_hex(canonical_bytes(producer))
     idempotency_key = producer.get("idempotency_key")
     tenant = api_key.tenant
+    hashes = (
+        withdrawal.idempotency_key_hashes(tenant.pk, idempotency_key)
+        if idempotency_key is not None
+        else []
+    )
 
     with transaction.atomic():
         # Appends are serialised; so, therefore, are the idempotency look-up and the insert:
         # concurrent requests with one key store exactly one receipt.
         current = log.lock_for_append()
         if idempotency_key is not None:
-            existing = Receipt.objects.by_idempotency_key(tenant.pk, idempotency_key)
+            # One statement: the receipt stored under the key, or the one withdrawn under it.
+            existing = Receipt.objects.by_idempotency_key(tenant.pk, idempotency_key, hashes)
             if existing is not None:
+                if existing.idempotency_key != idempotency_key:  # erased: found by its hash
+                    raise IdempotencyKeyWithdrawn(existing)
                 if existing.request_hash != request_hash:
                     raise IdempotencyKeyReused(existing)
                 return Ingested(receipt=existing, replayed=True)
@@ -214,9 +238,34 @@ def _log_entry_cached(receipt: Receipt, index: int) -> None:
     receipt.__dict__["log_index"] = index
 
 
+def _stored_under(tenant_id: int, hashes: dict[str, str]) -> dict[str, Receipt]:
+    """The tenant's receipts (with their log entries) stored under the keys `hashes` maps to,
+    or withdrawn under them (found by the hash their withdrawal keeps, `hashes` mapping each
+    to its key), by key, in one query; the newest receipt where a key has two."""
+    keys = sorted(set(hashes.values()))
+    if not keys:
+        return {}
+    spent = Withdrawal.objects.filter(
+        tenant_id=tenant_id, idempotency_key_hash__in=list(hashes)
+    ).values("receipt_id")
+    named = Receipt.objects.filter(tenant_id=tenant_id, idempotency_key__in=keys).values("pk")
+    found = (
+        Receipt.objects.select_related("log_entry")
+        .filter(tenant_id=tenant_id, pk__in=named.union(spent, all=True))
+        .annotate(withdrawn_under=F("withdrawal__idempotency_key_hash"))
+        .order_by("pk")
+    )
+    by_key: dict[str, Receipt] = {}
+    for receipt in found:
+        key = receipt.idempotency_key or hashes.get(getattr(receipt, "withdrawn_under", ""))
+        if key is not None:
+            by_key[key] = receipt
+    return by_key
+
+
 def receipts_ingest(
     *, api_key: ApiKey, payloads: Sequence[object], before_commit: BeforeCommit | None = None
-) -> list[Ingested | DocumentInvalid | IdempotencyKeyReused]:
+) -> list[Ingested | Refusal]:
     """Store a batch: each payload processed in order as if it were posted alone (stored,
     replayed, or refused with the exception receipt_ingest would raise), in one transaction
     that takes the log's lock once, inserts the new receipts together, appends their leaves
@@ -229,19 +278,18 @@ def receipts_ingest(
     keyring.CannotSign) when the site must not sign: then nothing of the batch is stored.
     """
     tenant = api_key.tenant
-    results: list[Ingested | DocumentInvalid | IdempotencyKeyReused] = []
+    results: list[Ingested | Refusal] = []
     batch = _Batch()
+    named = {item.get("idempotency_key") for item in payloads if isinstance(item, dict)}
+    hashes = {
+        digest: key
+        for key in named
+        if isinstance(key, str)
+        for digest in withdrawal.idempotency_key_hashes(tenant.pk, key)
+    }
     with transaction.atomic():
         current = log.lock_for_append()
-        named = {
-            item.get("idempotency_key") for item in payloads if isinstance(item, dict)
-        } - {None}
-        keyed = {
-            receipt.idempotency_key: receipt
-            for receipt in Receipt.objects.select_related("log_entry").filter(
-                tenant=tenant, idempotency_key__in=[k for k in named if isinstance(k, str)]
-            )
-        }
+        keyed = _stored_under(tenant.pk, hashes)
         for payload in payloads:
             try:
                 producer, redactions = prepare(api_key, payload, batch)
@@ -256,7 +304,9 @@ def receipts_ingest(
                 else None
             )
             if existing is not None:
-                if existing.request_hash != request_hash:
+                if existing.idempotency_key != idempotency_key:  # erased: found by its hash
+                    results.append(IdempotencyKeyWithdrawn(existing))
+                elif existing.request_hash != request_hash:
                     results.append(IdempotencyKeyReused(existing))
                 else:
                     results.append(Ingested(receipt=existing, replayed=True))

@@ -22,6 +22,18 @@ Erased means gone from the database's files too, as far as the site can reach th
   PostgreSQL skips it with a warning and autovacuum does it later. `VACUUM FULL` (README)
   rewrites the table's files, for byte-level certainty. pg_wal, WAL archives and backups keep
   the old content until they are recycled (README, "Withdrawal").
+
+The idempotency key is erased too (it may hold personal data), yet it stays spent: a producer's
+retry must never publish withdrawn content again. The withdrawal row keeps a keyed hash of the
+receipt's tenant and key (idempotency_key_hash: HMAC-SHA-256 under a key derived from
+SECRET_KEY for this purpose alone), written with the row, and ingest answers a key whose hash
+a withdrawal of the same tenant holds with 410 `withdrawn` (receipts/services.py). Without
+SECRET_KEY the hash cannot be recomputed from a guess of the key. Rotating SECRET_KEY changes
+every hash a new withdrawal keeps; the old ones are still matched as long as the old secret is
+listed in SECRET_KEY_FALLBACKS (as Django's own signatures are), and forgotten once it is
+dropped: from then on a retry of a receipt withdrawn before the rotation is stored again.
+Withdrawals made before migrations/0014 kept no hash (their keys were erased already), so
+nothing can refuse a retry of those.
 """
 
 from __future__ import annotations
@@ -31,14 +43,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DatabaseError, IntegrityError, connection, models, transaction
 from django.db.models import OuterRef, Subquery
+from django.utils.crypto import salted_hmac
 from receiptsite_client.redaction import redact_text
 
 from receiptsite.evidence.kinds import OBJECT_MESSAGE, Enum, Errors, Field, Object, Text
 from receiptsite.integrity.encoding import b64
-from receiptsite.ledger.verification import log_part, verification_json
+from receiptsite.ledger.verification import log_part, read_bytes, verification_json
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import (
     ApiKey,
@@ -119,6 +133,27 @@ def is_erased(receipt: Receipt) -> bool:
     return not receipt.raw_bytes()
 
 
+# The purpose label of the key a withdrawal's idempotency key hash is made with: a key derived
+# from SECRET_KEY for this alone, so that no other signature of the site can stand in for it.
+KEY_HASH_PURPOSE: Final = "receiptsite.withdrawal.idempotency-key"
+
+
+def idempotency_key_hash(tenant_id: int, key: str, secret: str | None = None) -> str:
+    """What a withdrawal keeps of its receipt's idempotency key: HMAC-SHA-256, hex, of the
+    tenant's id and the key, under a key derived from `secret` (SECRET_KEY by default) and
+    KEY_HASH_PURPOSE (the module's docstring says what rotating SECRET_KEY does)."""
+    return salted_hmac(
+        KEY_HASH_PURPOSE, f"{tenant_id}:{key}", secret=secret, algorithm="sha256"
+    ).hexdigest()
+
+
+def idempotency_key_hashes(tenant_id: int, key: str) -> list[str]:
+    """Every hash a withdrawal of `key` may hold: under SECRET_KEY, then under each secret of
+    SECRET_KEY_FALLBACKS."""
+    secret_keys = [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+    return [idempotency_key_hash(tenant_id, key, secret) for secret in secret_keys]
+
+
 @dataclass(frozen=True)
 class Withdrawn:
     """A withdrawn receipt, as the public routes show it."""
@@ -188,7 +223,19 @@ def summaries(receipts: list[Receipt]) -> list[dict[str, Any]]:
         if erased
         else {}
     )
-    return [summary(r, found[r.pk]) if r.pk in found else dict(r.summary()) for r in receipts]
+    return [summary(r, found[r.pk]) if r.pk in found else shown(r)[0] for r in receipts]
+
+
+def shown(receipt: Receipt) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The tenant's summary and document of a receipt that is not withdrawn. Stored bytes that
+    are no JSON object any more (changed behind the site's back) are shown, never an error, as
+    not verifying: the stored columns, null for `subject` (read from the document), `"status":
+    "invalid"` (its verification says why) and no document."""
+    document = read_bytes(receipt.raw_bytes()).document
+    if document is None:
+        # An empty document stands in for the unreadable one; `subject` is then null.
+        return {**receipt.summary({}), "subject": None, "status": "invalid"}, None
+    return dict(receipt.summary(document)), document
 
 
 def verification_answer(receipt: Receipt) -> tuple[dict[str, Any], int]:
@@ -211,8 +258,8 @@ def receipt_withdraw(
     auditor: User | None = None,
 ) -> tuple[Withdrawal, bool]:
     """Withdraw `receipt` (by its publisher's `api_key`, or by an `auditor`) and erase its
-    content; (the withdrawal, False). A receipt already withdrawn is left as it is:
-    (the first withdrawal, True)."""
+    content, keeping only a keyed hash of its idempotency key; (the withdrawal, False). A
+    receipt already withdrawn is left as it is: (the first withdrawal, True)."""
     assert reason in REASONS and len(note) <= NOTE_MAX
     assert (api_key is None) != (auditor is None)
     with transaction.atomic():
@@ -230,6 +277,11 @@ def receipt_withdraw(
                     withdrawn_by=Withdrawal.PUBLISHER if api_key else Withdrawal.AUDITOR,
                     api_key=api_key,
                     auditor=auditor,
+                    idempotency_key_hash=(
+                        None
+                        if receipt.idempotency_key is None
+                        else idempotency_key_hash(receipt.tenant_id, receipt.idempotency_key)
+                    ),
                 )
         except IntegrityError:  # a concurrent withdrawal committed first
             return Withdrawal.objects.get(receipt_id=receipt.pk), True

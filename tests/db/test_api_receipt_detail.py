@@ -15,6 +15,7 @@ from tests.conftest import (
     assert_problem,
     count_receipts,
     row_security_statements,
+    tamper,
 )
 
 pytestmark = pytest.mark.db
@@ -97,6 +98,34 @@ def test_a_200_carries_the_capability_headers(producer: Producer) -> None:
     assert_capability_headers(response)
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["X-Request-ID"]
+
+
+# Stored bytes changed behind the site's back into something that is no JSON object.
+NOT_A_DOCUMENT = [b"not json at all", b"\xff\xfe{", b"[1,2]", b""]
+
+
+@pytest.mark.parametrize("stored", NOT_A_DOCUMENT, ids=["text", "not-utf8", "array", "empty"])
+def test_bytes_that_are_no_document_are_shown_as_not_verifying(
+    producer: Producer, stored: bytes
+) -> None:
+    answer = producer.publish()
+    tamper(answer["id"], canonical_bytes=stored)
+    response = detail(producer, answer["id"])
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "application/json"
+    assert_capability_headers(response)
+    assert response.json() == {
+        **answer,
+        "workflow_id": "wf-7f3a",
+        "phase": "end",
+        "subject": None,
+        "outcome": "succeeded",
+        "status": "invalid",
+        "document": None,
+    }
+    verification = producer.client.get(f"/api/receipt/{answer['id']}/verify")
+    assert verification.status_code == 200
+    assert verification.json()["status"] == "invalid"
 
 
 # --- not found, and another tenant's ---------------------------------------------------------

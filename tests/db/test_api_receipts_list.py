@@ -12,7 +12,7 @@ from django.test import Client
 
 from receiptsite.receipts import services
 from receiptsite.receipts.models import ApiKey
-from tests.conftest import Producer, assert_problem, row_security_statements
+from tests.conftest import Producer, assert_problem, row_security_statements, tamper
 
 pytestmark = pytest.mark.db
 
@@ -92,6 +92,26 @@ def test_a_summary_has_exactly_the_documented_fields(producer: Producer) -> None
     }
     assert summary["url"] == f"{SITE}/run/{answer['id']}"
     assert summary["verify_url"] == f"{SITE}/api/receipt/{answer['id']}/verify"
+
+
+@pytest.mark.parametrize("stored", [b"not json at all", b"\xff\xfe{", b"[1,2]", b""])
+def test_a_receipt_whose_bytes_are_no_document_is_listed_as_not_verifying(
+    producer: Producer, stored: bytes
+) -> None:
+    first, changed, last = (producer.publish(idempotency_key=None) for _ in range(3))
+    tamper(changed["id"], canonical_bytes=stored)
+    summaries = listed(producer)["receipts"]
+    assert [s["id"] for s in summaries] == [last["id"], changed["id"], first["id"]]
+    usual = {
+        "workflow_id": "wf-7f3a",
+        "phase": "end",
+        "subject": {"type": "tool", "name": "website_audit"},
+        "outcome": "succeeded",
+    }
+    assert summaries[0] == {**last, **usual}
+    assert summaries[2] == {**first, **usual}
+    assert summaries[1] == {**changed, **usual, "subject": None, "status": "invalid"}
+    assert list(summaries[1]) == [*SUMMARY_KEYS, "status"]
 
 
 def test_a_start_has_a_null_outcome(producer: Producer) -> None:

@@ -1,18 +1,29 @@
 """The database itself refuses to change or remove receipts, the log and decisions: every
 statement that could (UPDATE, DELETE, TRUNCATE, MERGE, an insert that replaces a row, an
-upsert, a duplicate insert) is refused, and the table is exactly as it was."""
+upsert, a duplicate insert) is refused, and the table is exactly as it was. And it stamps when
+a checkpoint or an appended signature was signed with its own clock, whatever the INSERT says
+(migrations/0013)."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import Error, connection, transaction
 
-from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode, Receipt, ReviewDecision
+from receiptsite.receipts.models import (
+    AppendedSignature,
+    Checkpoint,
+    LogEntry,
+    LogNode,
+    Receipt,
+    ReviewDecision,
+    SignedCheckpoint,
+)
 from receiptsite.review.services import decision_record
 from tests.conftest import Producer
 
@@ -208,3 +219,74 @@ def test_inserts_of_new_rows_still_work_and_the_orm_cannot_change_a_receipt(
         stored.delete()
     assert Receipt.objects.get(pk=stored.pk).workflow_id == "wf-7f3a"
     assert Receipt.objects.count() == 2
+
+
+# --- when it was signed: the database's clock -----------------------------------------------
+
+# Each table whose `signed_at` the database stamps: its model, and the other columns of a new
+# row as the site role could insert it (SQL both databases read; %s: a 64-byte signature).
+STAMPED: dict[str, tuple[Any, dict[str, str]]] = {
+    "receipts_signedcheckpoint": (SignedCheckpoint, {
+        "tree_size": "(SELECT MAX(tree_size) FROM receipts_signedcheckpoint)",
+        "note": "(SELECT note FROM receipts_signedcheckpoint ORDER BY id DESC LIMIT 1)",
+        "signing_key_id": "(SELECT MAX(id) FROM receipts_signingkey)"}),
+    "receipts_appendedsignature": (AppendedSignature, {
+        "receipt_id": "(SELECT MIN(id) FROM receipts_receipt)",
+        "signing_key_id": "(SELECT MAX(id) FROM receipts_signingkey)",
+        "signature": "%s",
+        "evidence_id": "(SELECT MAX(id) FROM receipts_signedcheckpoint)"}),
+}  # fmt: skip
+LONG_AGO = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def database_clock() -> datetime:
+    """The database's own clock, now (on SQLite, to the millisecond)."""
+    sql = ("SELECT clock_timestamp()" if connection.vendor == "postgresql"
+           else "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        (value,) = cursor.fetchone()
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value + "+00:00")
+
+
+def insert(table: str, signed_at: datetime | None) -> None:
+    """A raw INSERT of a new row, as the site role could run it through the connection; with
+    `signed_at`, the row says when it was signed."""
+    values = dict(STAMPED[table][1])
+    params: list[Any] = [bytes(64)] if "%s" in values.values() else []
+    if signed_at is not None:
+        values["signed_at"] = "%s"
+        params.append(connection.ops.adapt_datetimefield_value(signed_at))
+    listed = ", ".join(f'"{name}"' for name in values)
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} ({listed}) SELECT {', '.join(values.values())}",
+                       params)
+
+
+@pytest.mark.parametrize("table", STAMPED)
+def test_an_insert_that_says_when_it_was_signed_is_stamped_by_the_database_or_refused(
+    stored: Receipt, table: str
+) -> None:
+    model = STAMPED[table][0]
+    before, clock = snapshot(table), database_clock()
+    if connection.vendor == "sqlite":
+        # A trigger cannot change the row it fires for: the database refuses the row.
+        with pytest.raises(Error, match="the database stamps the time"), transaction.atomic():
+            insert(table, LONG_AGO)
+        assert snapshot(table) == before
+    else:
+        insert(table, LONG_AGO)
+        newest = model.objects.latest("id")
+        assert newest.signed_at >= clock
+        assert len(snapshot(table)) == len(before) + 1
+
+
+@pytest.mark.parametrize("table", STAMPED)
+def test_an_insert_that_names_no_time_gets_the_databases_clock(
+    stored: Receipt, table: str
+) -> None:
+    model = STAMPED[table][0]
+    clock = database_clock()
+    insert(table, None)
+    newest = model.objects.latest("id")
+    assert clock <= newest.signed_at <= database_clock()

@@ -1,5 +1,6 @@
-"""Key compromise, end to end on a live site (gunicorn, its own database: SQLite, or
-PostgreSQL when the suite runs there), as an operator meets it (README, "Key compromise").
+"""Key compromise: `compromisekey` on the suite's own database, in this process (the same on a
+live site: tests/live/test_key_compromise.py), as an operator meets it (README, "Key
+compromise").
 
 The story: the site's key signs receipt `before`; later it leaks, at a time T; after T it
 signs `after` (nobody knows yet); the operator runs `compromisekey <kid> --at T`, which marks
@@ -7,6 +8,11 @@ the key compromised, activates a new key, and signs `before` again with it, sinc
 checkpoint signed before T holds its leaf. `after` is not provably older than T: it fails, and
 so does any checkpoint the leaked key signs after T, on the server, in `checklog` and in
 receipt-verify. (The browser verifier's side is in tests/browser/test_browser.py.)
+
+The proof is what the database recorded: whoever holds the leaked key and the site's database
+role can append a forged receipt and a checkpoint of it, but the database stamps when that
+checkpoint was signed (migrations/0013), so it cannot be dated before the leak; nor is a
+checkpoint by a key compromised before it signed ever taken as proof.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from django.db import Error, connection, transaction
 from django.test import Client
 
 from receiptsite.config import signing_key
-from receiptsite.integrity import keys
-from receiptsite.ledger import keyring
+from receiptsite.integrity import keys, note
+from receiptsite.ledger import keyring, log
+from receiptsite.lib.rfc3339 import parse_rfc3339
 from receiptsite.receipts.models import AppendedSignature, SignedCheckpoint, SigningKey
 from tests.conftest import Producer, command_line, lift_guard, tamper
+from tests.db.test_immutability import database_clock
 
 pytestmark = pytest.mark.db
 
@@ -49,6 +57,15 @@ def tick() -> None:
 
 
 # --- the command, on the suite's own database --------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def own_key_file(settings: Any, tmp_path: Path) -> None:
+    """compromisekey writes the new key in place of the compromised one: in a copy of the
+    suite's key file, never over the file the tests after this one read."""
+    copy = tmp_path / "suite-key.pem"
+    copy.write_bytes(Path(settings.SIGNING_KEY_FILE).read_bytes())
+    settings.SIGNING_KEY_FILE = str(copy)
 
 
 def run_command(*args: Any, **options: Any) -> str:
@@ -220,3 +237,112 @@ def test_a_log_the_site_refuses_to_sign_leaves_everything_as_it_was(
     assert state() == before
     assert Path(settings.SIGNING_KEY_FILE).read_bytes() == unchanged
     assert not (tmp_path / "var").exists()
+
+
+# --- the evidence: what the database recorded, never a time the inserting code chose -------
+
+
+def insert_checkpoint(private: Any, key_id: int, signed_at: datetime | None) -> None:
+    """What whoever holds a leaked key and the site's database role can do: sign a note of the
+    stored tree with the key and insert it as a signed checkpoint, raw SQL through the
+    connection, saying (with `signed_at`) that it was signed then."""
+    current = log.head()
+    text = note.sign_note(
+        note.checkpoint_body(current.origin, current.size, current.root), current.origin, private
+    )
+    columns = ["tree_size", "note", "signing_key_id"]
+    params: list[Any] = [current.size, text, key_id]
+    if signed_at is not None:
+        columns.append("signed_at")
+        params.append(connection.ops.adapt_datetimefield_value(signed_at))
+    marks = ", ".join(["%s"] * len(params))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {SignedCheckpoint._meta.db_table} ({', '.join(columns)}) "
+            f"VALUES ({marks})",
+            params,
+        )
+
+
+def insert_back_dated_checkpoint(private: Any, key_id: int, claimed: datetime) -> None:
+    """A checkpoint that says it was signed at `claimed`; where the database refuses a time of
+    the insert's own (SQLite), the best the attacker can do: the same checkpoint, stamped."""
+    try:
+        with transaction.atomic():
+            insert_checkpoint(private, key_id, claimed)
+    except Error:
+        assert connection.vendor == "sqlite"
+        insert_checkpoint(private, key_id, None)
+
+
+def past_on_the_database_clock(moment: str) -> None:
+    """Wait until the database's clock (on SQLite, to the millisecond) is past `moment`, so
+    that what it stamps from now on is later."""
+    while database_clock() <= parse_rfc3339(moment):
+        pass
+
+
+def signature_check(client: Client, receipt_id: str) -> tuple[str, str]:
+    body = client.get(f"/api/receipt/{receipt_id}/verify").json()
+    [check] = [c for c in body["checks"] if c["name"] == "signature"]
+    return check["result"], body["signature"]["key_id"]
+
+
+def test_a_forgery_with_a_back_dated_checkpoint_is_not_signed_again(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    settings.VAR_DIR = tmp_path
+    honest = producer.publish(idempotency_key="honest")
+    claimed = datetime.now(UTC)  # what the forged checkpoint will say
+    tick()
+    leaked_at = stamp()  # after every real signature of the honest receipt
+    past_on_the_database_clock(leaked_at)
+    # Whoever holds the leaked key and the site role: a receipt signed by the leaked key and
+    # appended to the log (the site's own ingest still signs with that key, so it stands in
+    # for the raw inserts: every table they need is insert-only), then a checkpoint of the log
+    # with it, signed by the leaked key, dated before the leak.
+    forged = producer.publish(idempotency_key="forged")
+    leaked = keyring.configured()
+    insert_back_dated_checkpoint(leaked.private, keyring.active_key().row.pk, claimed)
+    assert SignedCheckpoint.objects.latest("id").signed_at > parse_rfc3339(leaked_at)
+    run_command(leaked.kid, at=leaked_at)
+    [new] = SigningKey.objects.filter(status=SigningKey.ACTIVE).values_list("kid", flat=True)
+    assert signature_check(client, honest["id"]) == ("pass", new)
+    assert signature_check(client, forged["id"]) == ("fail", leaked.kid)
+    assert AppendedSignature.objects.count() == 1
+
+
+def test_a_checkpoint_by_a_key_compromised_before_it_signed_is_no_evidence(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    settings.VAR_DIR = tmp_path
+    producer.publish(idempotency_key="first")
+    first = keyring.configured()
+    tick()
+    first_compromised = stamp()
+    run_command(first.kid, at=first_compromised)
+    # The site now signs with the key that took over (compromisekey wrote it there).
+    settings.SIGNING_KEY = signing_key(settings.SIGNING_KEY_FILE)
+    keyring.forget()
+    second = keyring.active_key()
+    answer = producer.publish(idempotency_key="second")
+    # After its compromise the first key signs the same tree again: that proves nothing.
+    past_on_the_database_clock(first_compromised)
+    first_row = SigningKey.objects.get(kid=first.kid)
+    insert_checkpoint(first.private, first_row.pk, None)
+    tick()
+    run_command(second.kid, at=stamp())
+    [third] = SigningKey.objects.filter(status=SigningKey.ACTIVE).values_list("kid", flat=True)
+    made = AppendedSignature.objects.filter(signing_key__kid=third).select_related("evidence")
+    assert [(a.evidence.tree_size, a.evidence.signing_key_id) for a in made] == [
+        (2, second.row.pk),
+        (2, second.row.pk),
+    ]
+    assert signature_check(client, answer["id"]) == ("pass", third)
+    # checklog holds each appended signature to the same rule, the key it took over from
+    # included (for the first receipt, the second key: compromised after that checkpoint).
+    out = StringIO()
+    settings.SIGNING_KEY = signing_key(settings.SIGNING_KEY_FILE)
+    keyring.forget()
+    call_command("checklog", stdout=out)
+    assert "OK: 2 leaves" in out.getvalue()

@@ -1,12 +1,15 @@
 """Withdrawal: POST /api/receipts/<id>/withdrawal (and the admin's action) erases a receipt's
 content and keeps its place in the log; the page and the verification answer 410; the list
 and the detail show it withdrawn; the database permits this one change, and only after a
-withdrawal record exists; and the content leaves SQLite's files (the database file and its
-write-ahead log), as read from the disk."""
+withdrawal record exists; the content leaves SQLite's files (the database file and its
+write-ahead log), as read from the disk; and the receipt's idempotency key stays spent: a POST
+under it again is refused (410) and stores nothing, the withdrawal keeping a keyed hash of the
+key, never the key."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from typing import Any
 
@@ -18,9 +21,16 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from receiptsite.integrity import merkle
-from receiptsite.receipts.models import LogNode, Receipt, Withdrawal
+from receiptsite.receipts.models import (
+    Checkpoint,
+    LogEntry,
+    LogNode,
+    Receipt,
+    SignedCheckpoint,
+    Withdrawal,
+)
 from receiptsite.withdrawal import withdrawals as service
-from tests.conftest import Producer, assert_problem
+from tests.conftest import SITE, Producer, assert_problem, example_body
 from tests.db import test_immutability as immutability
 from tests.db.test_immutability import STATEMENTS, snapshot
 from tests.db.test_query_counts import PUBLIC, pinned, public_requests, queries_of
@@ -194,6 +204,153 @@ def test_the_request_is_in_the_api_audit_log(producer: Producer) -> None:
         ("POST /api/receipts/{id}/withdrawal", 422, []),
         ("POST /api/receipts/{id}/withdrawal", 201, [answer["id"]]),
     ]
+
+
+# --- a retry of a withdrawn receipt's idempotency key ---------------------------------------
+
+# A key that holds personal data, as producers' keys sometimes do.
+PERSONAL_KEY = "invoice/jane.doe@example.org/1"
+
+
+def stored_state() -> tuple[int, int, int, int]:
+    """What a refused retry must leave as it was: the receipts, the log's leaves, its tree
+    heads and their signatures."""
+    return (
+        Receipt.objects.count(),
+        LogEntry.objects.count(),
+        Checkpoint.objects.count(),
+        SignedCheckpoint.objects.count(),
+    )
+
+
+def withdrawn_receipt(producer: Producer, key: str = PERSONAL_KEY) -> dict[str, Any]:
+    answer = producer.publish(idempotency_key=key)
+    assert withdraw(producer, answer["id"]).status_code == 201
+    return answer
+
+
+def assert_withdrawn_problem(body: dict[str, Any], withdrawn: dict[str, Any]) -> None:
+    assert body["type"] == f"{SITE}/problems/withdrawn" and body["status"] == 410
+    assert body["title"] and body["detail"]
+    assert (body["id"], body["url"]) == (withdrawn["id"], withdrawn["url"])
+    assert withdrawn["id"] not in body["detail"] and PERSONAL_KEY not in body["detail"]
+
+
+def test_the_same_post_again_after_a_withdrawal_is_410_and_stores_nothing(
+    producer: Producer,
+) -> None:
+    withdrawn = withdrawn_receipt(producer)
+    before = stored_state()
+    again = producer.post(example_body(idempotency_key=PERSONAL_KEY))
+    assert_withdrawn_problem(assert_problem(again, 410, "withdrawn"), withdrawn)
+    # Another document under the key is refused alike: the key is spent, whatever it sends.
+    other = producer.post(example_body(idempotency_key=PERSONAL_KEY, result="something else"))
+    assert_withdrawn_problem(assert_problem(other, 410, "withdrawn"), withdrawn)
+    assert stored_state() == before
+    assert Receipt.objects.get(public_id=withdrawn["id"]).raw_bytes() == b""
+    entries = producer.get("/api/audit-logs").json()["entries"]
+    refused: tuple[Any, ...] = ("POST /api/receipts", 410, f"{SITE}/problems/withdrawn", [])
+    assert [
+        (e["route"], e["status"], e["problem_type"], e["receipt_ids"]) for e in entries[:2]
+    ] == [refused, refused]
+
+
+def test_the_refusal_costs_what_a_replay_costs(producer: Producer) -> None:
+    # The withdrawal is found by the idempotency look-up itself, in the same one statement.
+    kept = producer.publish(idempotency_key="kept/1")
+    withdrawn_receipt(producer)
+    replay, replayed = queries_of(
+        lambda: producer.post(example_body(idempotency_key="kept/1"))
+    )
+    assert replay.status_code == 201 and replay.json() == kept
+    refusal, refused = queries_of(
+        lambda: producer.post(example_body(idempotency_key=PERSONAL_KEY))
+    )
+    assert refusal.status_code == 410
+    assert len(refused) == len(replayed), "\n".join(refused)
+
+
+def test_in_a_batch_only_the_withdrawn_keys_item_is_410(producer: Producer) -> None:
+    withdrawn = withdrawn_receipt(producer)
+    before = stored_state()
+    response = producer.post(
+        {
+            "receipts": [
+                example_body(idempotency_key="batch/1"),
+                example_body(idempotency_key=PERSONAL_KEY),
+                example_body(idempotency_key="batch/2"),
+            ]
+        },
+        path="/api/receipts/batch",
+    )
+    assert response.status_code == 200, response.content
+    first, refused, last = response.json()["results"]
+    assert (first["status"], last["status"]) == (201, 201)
+    assert_withdrawn_problem(refused, withdrawn)
+    assert stored_state()[:2] == (before[0] + 2, before[1] + 2)
+    stored = set(Receipt.objects.values_list("idempotency_key", flat=True))
+    assert stored == {"batch/1", "batch/2", None}  # None: the withdrawn one, its key erased
+    # A batch of that item alone stores nothing, and appends nothing to the log.
+    before = stored_state()
+    alone = producer.post(
+        {"receipts": [example_body(idempotency_key=PERSONAL_KEY)]}, path="/api/receipts/batch"
+    )
+    assert alone.status_code == 200
+    [result] = alone.json()["results"]
+    assert_withdrawn_problem(result, withdrawn)
+    assert stored_state() == before
+
+
+def test_another_tenant_may_use_the_key_after_the_first_withdrew(
+    producer: Producer, other_producer: Producer
+) -> None:
+    withdrawn = withdrawn_receipt(producer)
+    theirs = other_producer.post(example_body(idempotency_key=PERSONAL_KEY))
+    assert theirs.status_code == 201, theirs.content
+    batch = other_producer.post(
+        {"receipts": [example_body(idempotency_key=PERSONAL_KEY)]}, path="/api/receipts/batch"
+    )
+    assert batch.json()["results"][0]["status"] == 201  # replayed: their own receipt
+    assert batch.json()["results"][0]["id"] == theirs.json()["id"]
+    assert Receipt.objects.filter(idempotency_key=PERSONAL_KEY).count() == 1
+    # The first tenant's key stays spent.
+    ours = producer.post(example_body(idempotency_key=PERSONAL_KEY))
+    assert_withdrawn_problem(assert_problem(ours, 410, "withdrawn"), withdrawn)
+
+
+def test_the_withdrawal_keeps_a_keyed_hash_of_the_key_and_never_the_key(
+    producer: Producer, settings: Any
+) -> None:
+    withdrawn = withdrawn_receipt(producer)
+    record = Withdrawal.objects.get()
+    expected = service.idempotency_key_hash(record.tenant_id, PERSONAL_KEY)
+    assert record.idempotency_key_hash == expected
+    assert len(expected) == 64 and expected != hashlib.sha256(PERSONAL_KEY.encode()).hexdigest()
+    # Keyed by the site's secret and by the tenant: neither a guess of the key alone nor the
+    # same key of another tenant gives it.
+    assert service.idempotency_key_hash(record.tenant_id + 1, PERSONAL_KEY) != expected
+    settings.SECRET_KEY = "another secret key"
+    assert service.idempotency_key_hash(record.tenant_id, PERSONAL_KEY) != expected
+    receipt = Receipt.objects.get(public_id=withdrawn["id"])
+    for table, pk in (("receipts_withdrawal", record.pk), ("receipts_receipt", receipt.pk)):
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT * FROM {table} WHERE id = %s", [pk])
+            row = cursor.fetchone()
+        text = repr([bytes(v) if isinstance(v, memoryview) else v for v in row])
+        assert PERSONAL_KEY not in text and "jane.doe" not in text, table
+
+
+def test_after_a_rotation_the_old_secret_in_the_fallbacks_still_refuses_the_key(
+    producer: Producer, settings: Any
+) -> None:
+    withdrawn = withdrawn_receipt(producer)
+    old = settings.SECRET_KEY
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "the rotated secret key", [old]
+    again = producer.post(example_body(idempotency_key=PERSONAL_KEY))
+    assert_withdrawn_problem(assert_problem(again, 410, "withdrawn"), withdrawn)
+    # Once the old secret is dropped the site cannot know the key any more (README).
+    settings.SECRET_KEY_FALLBACKS = []
+    assert producer.post(example_body(idempotency_key=PERSONAL_KEY)).status_code == 201
 
 
 # --- what the routes show afterwards ----------------------------------------------------------

@@ -68,6 +68,7 @@ BAD = [
     ("RATE_LIMITS", "ingest=100/0", "positive"),
     ("RATE_LIMITS", "reads=30/5", "reads=30/5"),
     ("RATE_LIMITS", "sometimes", "must be off, on"),
+    ("RATE_LIMITS", "auth=20/0", "positive numbers for auth"),
     ("REDIS_URL", "localhost:6379", "must be redis://host:port/db"),
     ("REDIS_URL", "redis://cache:port/0", "could not be cast to integer"),
     ("REDIS_URL", "redis://:s3cret@cache:6379/zero", "'redis://:***@cache:6379/zero'"),

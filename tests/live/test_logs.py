@@ -80,6 +80,9 @@ def session() -> Iterator[dict[str, Any]]:
         assert page.status == 200
         assert call("GET", f"/run/{receipt_id}/handoff.txt").status == 200
         assert call("GET", f"/run/{receipt_id.replace('-', '%2D')}").status == 200
+        # An id one digit short is no id (404), but 31 of its 32 digits: cut short as well.
+        assert call("GET", f"/run/{ids[2][:-1]}").status == 404
+        assert call("GET", f"/api/receipt/{ids[2][:-1]}/verify").status == 404
         unknown = "3f0f8a1c-5b7e-4d2a-9c4e-1a2b3c4d5e6f"
         assert call("GET", f"/run/{unknown}").status == 404
         assert call("GET", f"/api/receipts/{unknown}", key=key).status == 404
@@ -160,6 +163,7 @@ def test_no_line_holds_a_key_a_credential_or_a_full_receipt_id(session: dict[str
     for receipt_id in session["ids"]:
         for form in (receipt_id, receipt_id.replace("-", ""), receipt_id.replace("-", "%2d")):
             assert form not in lowered, f"receipt id {receipt_id} is in the logs ({form})"
+            assert form[9:-1] not in lowered, f"most of receipt id {receipt_id} is in the logs"
     # Not vacuous: the ids and the key are there, cut short.
     assert f"/run/{session['ids'][0][:8]}-\u2026" in text
     assert f"{session['keys'][0][:15]}_\u2026" in text

@@ -170,6 +170,22 @@ def test_the_public_json_stays_readable_from_other_sites(
 
 
 @pytest.mark.live
+@pytest.mark.parametrize("name", ["the receipt page", "the verify JSON", "the 404 page"])
+def test_a_capability_url_keeps_its_headers_on_the_redirect_to_https(
+    production: tuple[LiveSite, dict[str, tuple[Answer, Answer]]], name: str
+) -> None:
+    """The redirect is SecurityMiddleware's, made before any view runs; it names the link in
+    its Location, so it is kept out of caches and referrers like the page itself."""
+    _, answers = production
+    for answer in answers[name]:  # over https, then the 301 of plain http
+        assert answer.get("Cache-Control") == "no-store", (name, answer.status)
+        assert answer.get("X-Robots-Tag") == "noindex", (name, answer.status)
+        assert answer.get("Referrer-Policy") == "same-origin", (name, answer.status)
+    _, plain = answers["the verify JSON"]
+    assert plain.status == 301 and plain.get("Access-Control-Allow-Origin") == "*"
+
+
+@pytest.mark.live
 def test_the_health_check_answers_over_plain_http(
     production: tuple[LiveSite, dict[str, tuple[Answer, Answer]]],
 ) -> None:

@@ -1,8 +1,9 @@
 """Withdrawal: POST /api/receipts/<id>/withdrawal (and the admin's action) erases a receipt's
 content and keeps its place in the log; the page and the verification answer 410; the list
 and the detail show it withdrawn; the database permits this one change, and only after a
-withdrawal record exists; and the content leaves SQLite's files (the database file and its
-write-ahead log), as read from the disk."""
+withdrawal record exists; the content leaves SQLite's files (the database file and its
+write-ahead log), as read from the disk; and a producer's outbox that sends a withdrawn
+receipt again is refused and gives up, publishing nothing (as the site's own role too)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from receiptsite_client import Client
 
 from receiptsite.integrity import merkle
 from tests.conftest import example_body
@@ -181,6 +183,68 @@ def test_the_content_leaves_sqlites_files_and_its_write_ahead_log(live: LiveSite
     assert live.get(f"/api/receipt/{stored['id']}/verify").status == 410
 
 
+# --- a producer's retry after a withdrawal -----------------------------------------------------
+
+# An address where nothing listens (port 9, discard: no test's server binds a port that low),
+# for a client whose send never reaches a site.
+NO_SITE = "http://127.0.0.1:9"
+
+
+def tenant_receipts(site: LiveSite, key: str) -> list[str]:
+    """The ids of every receipt of the key's tenant, newest first."""
+    found: list[str] = []
+    cursor = ""
+    while True:
+        page = site.get(f"/api/receipts?limit=200&cursor={cursor}", key=key).json()
+        found += [summary["id"] for summary in page["receipts"]]
+        if not page["next_cursor"]:
+            return found
+        cursor = page["next_cursor"]
+
+
+def assert_a_retry_of_a_withdrawn_receipt_publishes_nothing(site: LiveSite, tmp: Path) -> None:
+    """The outbox's own case: its send reached the site and stored the receipt, but the
+    process died before it noted the answer, so the entry is still pending. The receipt is
+    withdrawn meanwhile; the next flush sends it again, is answered 410 and gives up."""
+    outbox = tmp / f"outbox-{secrets.token_hex(4)}.sqlite3"
+    marker = secrets.token_hex(8)
+    pending = Client(NO_SITE, site.api_key, outbox, deadline=0.3).record(marked_body(marker))
+    assert pending.receipt_status == "pending"
+    sent = site.post("/api/receipts", dict(pending.document))  # the send that got through
+    assert sent.status == 201, sent
+    receipt_id = sent.json()["id"]
+    withdrawn = site.post(f"/api/receipts/{receipt_id}/withdrawal", {"reason": "personal_data"})
+    assert withdrawn.status == 201, withdrawn
+    before = tenant_receipts(site, site.api_key)
+
+    client = Client(site.url, site.api_key, outbox)
+    [entry] = client.flush()
+    assert entry.receipt_status == "failed" and entry.receipt_id is None
+    assert entry.error is not None and entry.error.startswith("410 withdrawn"), entry.error
+    assert entry.problem is not None and entry.problem["id"] == receipt_id
+    attempts = entry.publish_attempts
+    assert client.flush() == []  # final: never sent again
+    assert client.entries()[0].publish_attempts == attempts
+    # A batch holding it stores the others only.
+    batch = site.post(
+        "/api/receipts/batch",
+        {"receipts": [dict(pending.document), marked_body(secrets.token_hex(8))]},
+    )
+    assert [r["status"] for r in batch.json()["results"]] == [410, 201]
+    assert batch.json()["results"][0]["id"] == receipt_id
+    after = tenant_receipts(site, site.api_key)
+    assert after[1:] == before and after[0] == batch.json()["results"][1]["id"]
+    verify = site.get(f"/api/receipt/{receipt_id}/verify")
+    assert verify.status == 410 and marker not in verify.text
+
+
+@pytest.mark.live
+def test_the_outboxs_retry_of_a_withdrawn_receipt_ends_without_publishing_it_again(
+    live: LiveSite, tmp_path: Path
+) -> None:
+    assert_a_retry_of_a_withdrawn_receipt_publishes_nothing(live, tmp_path)
+
+
 # --- PostgreSQL: the site's own role, which owns nothing --------------------------------------
 
 
@@ -260,3 +324,12 @@ def test_the_site_role_erases_only_through_a_withdrawal_of_its_own_tenant(role_s
     assert site.get(f"/api/receipt/{theirs}/verify").json()["status"] == "valid"
     assert site.get(f"/api/receipt/{kept}/verify").json()["status"] == "valid"
     assert "OK:" in site.manage("checklog")
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not is_postgres(suite_database_url()), reason="PostgreSQL's roles")
+def test_the_site_role_refuses_a_retry_of_a_withdrawn_receipt(
+    role_site: Any, tmp_path: Path
+) -> None:
+    # The look-up reads the withdrawals under the tenant's row-level security, as the role.
+    assert_a_retry_of_a_withdrawn_receipt_publishes_nothing(role_site, tmp_path)

@@ -10,15 +10,21 @@ from receiptsite.config import ConfigurationError, log_level, rate_limits, redis
 pytestmark = pytest.mark.unit
 
 def test_rate_limits_are_parsed_into_numbers() -> None:
-    defaults = {"ingest": (200.0, 50.0), "read": (30.0, 5.0)}
+    defaults = {"ingest": (200.0, 50.0), "read": (30.0, 5.0), "auth": (20.0, 0.1)}
     assert rate_limits("off") is None and rate_limits(" OFF ") is None
     assert rate_limits("on") == rate_limits("") == defaults
-    assert rate_limits("ingest=10/0.5") == {"ingest": (10.0, 0.5), "read": (30.0, 5.0)}
-    assert rate_limits("read=2/1, ingest=3/4") == {"ingest": (3.0, 4.0), "read": (2.0, 1.0)}
+    assert rate_limits("ingest=10/0.5") == {**defaults, "ingest": (10.0, 0.5)}
+    assert rate_limits("read=2/1, ingest=3/4") == {**defaults, "ingest": (3.0, 4.0),
+                                                   "read": (2.0, 1.0)}
+    assert rate_limits("auth=5/0.01") == {**defaults, "auth": (5.0, 0.01)}
     for bad in ["ingest", "ingest=", "ingest=1", "ingest=1/", "ingest=/1", "ingest=-1/1",
-                "ingest=1/inf", "ingest=nan/1", "write=1/1", "ingest=1/1,", "on,off"]:
+                "ingest=1/inf", "ingest=nan/1", "write=1/1", "ingest=1/1,", "on,off",
+                "auth", "auth=5", "auth=0/1", "auth=5/0", "auth=-5/1", "auths=5/1"]:
         with pytest.raises(ConfigurationError, match="^RATE_LIMITS "):
             rate_limits(bad)
+    # The usage names every scope there is.
+    with pytest.raises(ConfigurationError, match="ingest=.*,read=.*,auth=BURST/PER_SECOND"):
+        rate_limits("sometimes")
 
 
 def test_redis_url_is_checked_as_redis_py_reads_it() -> None:

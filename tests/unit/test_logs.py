@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -43,6 +44,37 @@ def test_the_mask_cuts_a_receipt_id_however_it_is_spelt(spelling: str) -> None:
     assert masked.startswith('"GET /run/') and masked.endswith('-…/handoff.txt HTTP/1.1" 200')
     assert spelling not in masked
     assert RECEIPT_ID[8:].replace("-", "") not in masked.replace("-", "").lower()
+
+
+SHORT_ID = RECEIPT_ID[:-1]  # one hex digit short: no id, but 31 of its 32 digits
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/run/{SHORT_ID}",
+        f"/run/{SHORT_ID}/bundle.json",
+        f"/api/receipt/{SHORT_ID}/verify",
+        f"/api/receipt/{SHORT_ID.replace('-', '')}/verify",
+        f"/api/receipt/{SHORT_ID.replace('-', '%2D').upper()}/verify",
+        f"/run/{RECEIPT_ID[9:]}",  # the id without its first 8 digits
+        f"/run/{RECEIPT_ID.replace('-', '')[:16]}",
+        f"/run/{'-'.join(RECEIPT_ID.replace('-', '')[i:i + 4] for i in range(0, 20, 4))}",
+    ],
+)
+def test_a_line_holds_no_run_of_hex_that_could_be_most_of_an_id(path: str) -> None:
+    record = logging.LogRecord("django.request", logging.WARNING, __file__, 1,
+                               "Not Found: %s", (path,), None)  # fmt: skip
+    message = format_line(record)["message"]
+    runs = re.findall(r"[0-9a-f](?:(?:-|%2d)?[0-9a-f])*", message.lower())
+    assert max(len(run.replace("-", "").replace("%2d", "")) for run in runs) <= 8, message
+    assert message.startswith("Not Found: /") and "…" in message
+
+
+def test_the_mask_leaves_short_runs_of_hex_and_the_rest_of_a_line_alone() -> None:
+    line = '127.0.0.1 [02/Dec/2026:01:23:50 +0000] "GET /run/0123456789abcde HTTP/1.1" 404 179'
+    assert logconfig.mask(line) == line  # 15 hex digits: not most of an id
+    assert logconfig.mask(f"/run/{SHORT_ID}/x") == f"/run/{RECEIPT_ID[:8]}-…/x"
 
 
 def test_the_mask_cuts_an_api_key_to_its_prefix_and_a_bearer_credential() -> None:

@@ -297,7 +297,9 @@ def _item_answer(batch: transport.Answer, result: Any) -> transport.Answer:
 
 def _outcome(answer: transport.Answer, body: Any, replayed: bool) -> Outcome:
     """What an answer makes of an entry: published (a 201, a replay included), pending (no
-    answer, or one worth retrying) or failed (any other, its problem kept)."""
+    answer, or one worth retrying) or failed (any other, its problem kept). Failed is final:
+    a 422 `idempotency-key-reused` or a 410 `withdrawn` (the key's receipt was withdrawn since)
+    would only be refused again, and a withdrawn receipt must never be published twice."""
     if answer.status is not None and 200 <= answer.status < 300:
         if isinstance(body, dict) and isinstance(body.get("id"), str) and body.get("url"):
             return Outcome(

@@ -3,7 +3,8 @@
 The bundle vectors (vectors/bundles/, listed in vectors/manifest.json under "bundles"), each
 checked with its keys pinned, by the installed command and by the library; the tlog-proof
 reader against the format's published examples and corrupted variants of them. The site's own
-bundle route is driven end to end in tests/live/test_bundle.py.
+bundle route is driven end to end in tests/live/test_bundle.py. Without a pinned key a saved
+bundle is never valid, even one forged whole with a fresh key.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from receiptsite_client.verify import b64url, jcs, jwk_thumbprint, leaf_hash, note_key_id
 from receiptsite_client.verify.bundle import BUNDLE_CHECK_NAMES, verify_bundle
 from receiptsite_client.verify.tlogproof import TlogProof, parse_tlog_proof
 from vector_helpers import EXIT, MANIFEST, VECTORS, load, run
@@ -63,11 +67,87 @@ def test_a_pinned_bare_key_checks_a_bundle_it_signed() -> None:
     assert failed == ["signature", "checkpoint_signature", "tlog_proof"]
 
 
-def test_without_a_key_the_bundle_keys_are_used_and_said_not_independent() -> None:
+def test_without_a_key_a_saved_bundle_says_its_signer_was_not_checked() -> None:
     done = run(str(VECTORS / "bundles/valid/plain.json"))
-    assert done.returncode == 0, done.stdout
-    assert "not independent of the site" in done.stdout
+    assert done.returncode == 2, done.stdout
+    assert "The signer was not checked" in done.stdout
     assert " tlog_proof: " in done.stdout
+    assert "taken from the site" not in done.stdout
+
+
+def _forged_bundle(forger: Ed25519PrivateKey) -> dict[str, Any]:
+    """A bundle made from scratch with the forger's own key: a receipt saying what the forger
+    likes, signed by that key, alone in a log whose checkpoint that key signs, and a keys
+    document inside naming that key. Everything in it agrees with everything else."""
+    raw = forger.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    x = b64url(raw)
+    real = load("bundles/valid/plain.json")
+    document = json.loads(base64.b64decode(real["verification"]["canonical_bytes"]))
+    document["result"] = "All checks passed; nothing to review."
+    data = jcs(document).encode("utf-8")
+    origin = real["verification"]["log"]["origin"]
+    root = b64(leaf_hash(data))
+    text = f"{origin}\n1\n{root}\n"
+    line = b64(note_key_id(origin, raw) + forger.sign(text.encode("utf-8")))
+    checkpoint = f"{text}\n\u2014 {origin} {line}\n"
+    verification = {
+        **real["verification"],
+        "output_hash": hashlib.sha256(data).hexdigest(),
+        "canonical_bytes": b64(data),
+        "byte_length": len(data),
+        "signature": {
+            **real["verification"]["signature"],
+            "key_id": jwk_thumbprint(raw),
+            "value": b64(forger.sign(data)),
+        },
+        "log": {
+            "origin": origin,
+            "index": 0,
+            "tree_size": 1,
+            "root_hash": root,
+            "inclusion_proof": [],
+            "checkpoint": checkpoint,
+        },
+    }
+    key = {"kty": "OKP", "crv": "Ed25519", "x": x, "kid": jwk_thumbprint(raw), "status": "active"}
+    return {
+        "bundle": "receipt-bundle/v1",
+        "verification": verification,
+        "keys": {"keys": [key], "log": {"origin": origin}},
+        "tlog_proof": f"c2sp.org/tlog-proof@v1\nindex 0\n\n{checkpoint}",
+    }
+
+
+def test_a_bundle_forged_with_a_fresh_key_is_never_valid_without_a_pinned_key(
+    tmp_path: Path,
+) -> None:
+    forger = Ed25519PrivateKey.generate()
+    path = tmp_path / "receipt.bundle.json"
+    path.write_text(json.dumps(_forged_bundle(forger)))
+
+    done = run(str(path))
+    assert done.returncode == 2, done.stdout
+    assert "The signer was not checked" in done.stdout
+    assert "VALID" not in done.stdout
+    assert "from the site" not in done.stdout
+    listed = run(str(path), "--json")
+    assert listed.returncode == 2
+    results = {c["name"]: c["result"] for c in json.loads(listed.stdout)["checks"]}
+    assert results["signature"] == results["checkpoint_signature"] == "could_not_check"
+    assert results["tlog_proof"] == "could_not_check"
+    assert "signer was not checked" in listed.stderr
+
+    # Pinned, it is checked as ever: the site's keys refuse it; the forger's own key, pinned
+    # on purpose, finds it consistent (which is all a forger's key can say).
+    assert run(str(path), "--key", str(VECTORS / "keys.json")).returncode == 1
+    forger_x = b64url(
+        forger.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+    )
+    assert run(str(path), f"--key={forger_x}").returncode == 0
 
 
 def test_agreeing_is_not_enough_the_tlog_proof_must_prove() -> None:

@@ -165,6 +165,35 @@ def test_a_replay_is_success_and_a_reused_key_is_failed_naming_its_receipt(
     assert len(site_receipts(live_site, workflow_id)) == 1
 
 
+def test_a_withdrawn_receipts_key_is_failed_at_once_and_never_sent_again(
+    live_site: LiveSite, tmp_path: Path, workflow_id: str
+) -> None:
+    doc = document(workflow_id, idempotency_key=f"{workflow_id}/audit/end/1")
+    first = Client(live_site.url, live_site.api_key, tmp_path / "a.sqlite3").record(doc)
+    assert first.receipt_status == "published"
+    path = f"/api/receipts/{first.receipt_id}/withdrawal"
+    assert live_site.post(path, {"reason": "personal_data"}).status == 201
+
+    client = Client(live_site.url, live_site.api_key, tmp_path / "b.sqlite3", deadline=10)
+    started = time.monotonic()
+    again = client.record(doc)
+    assert time.monotonic() - started < 2
+    assert (again.receipt_status, again.receipt_id, again.publish_attempts) == ("failed", None, 1)
+    assert again.error is not None and again.error.startswith("410 withdrawn")
+    assert str(first.url) in again.error
+    assert again.problem is not None and again.problem["id"] == first.receipt_id
+    assert client.flush() == []
+    # In a batch, that item alone fails; the other is published.
+    other = document(workflow_id, step_id="other")
+    batch = Client(live_site.url, live_site.api_key, tmp_path / "c.sqlite3").record_batch(
+        [doc, other]
+    )
+    assert [e.receipt_status for e in batch] == ["failed", "published"]
+    assert batch[0].error is not None and batch[0].error.startswith("410 withdrawn")
+    # The withdrawn receipt's columns are erased: the workflow's list shows the other alone.
+    assert site_keys(live_site, workflow_id) == [batch[1].idempotency_key]
+
+
 def test_record_batch_publishes_the_valid_items_and_fails_the_others(
     live_site: LiveSite, outbox_path: Path, workflow_id: str
 ) -> None:

@@ -13,10 +13,12 @@ import json
 import math
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from client_helpers import ScriptedServer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from receiptsite_client.verify import (
@@ -135,7 +137,7 @@ def test_a_pinned_key_marked_compromised_in_the_keys_document_fails() -> None:
 # --- bundles, missing keys, bad arguments ------------------------------------------------
 
 
-def test_a_bundle_is_checked_with_its_own_keys_or_a_pinned_one(tmp_path: Path) -> None:
+def test_a_saved_bundle_is_checked_against_a_pinned_key_only(tmp_path: Path) -> None:
     bundle = {
         "bundle": "receipt-bundle/v1",
         "verification": load("valid/plain.json"),
@@ -145,44 +147,54 @@ def test_a_bundle_is_checked_with_its_own_keys_or_a_pinned_one(tmp_path: Path) -
     path = tmp_path / "bundle.json"
     path.write_text(json.dumps(bundle))
     done = run(str(path))
-    assert done.returncode == 0, done.stdout
-    assert "not independent of the site" in done.stdout
+    assert done.returncode == 2, done.stdout
+    assert "The signer was not checked" in done.stdout
+    assert "VALID" not in done.stdout
+    assert run(str(path), "--key", str(VECTORS / "keys.json")).returncode == 0
     assert run(str(path), "--key", str(VECTORS / "keys-first-key-compromised.json")).returncode == 1
     bundle["verification"] = load("invalid/plain--truncated-proof.json")
     path.write_text(json.dumps(bundle))
-    assert run(str(path)).returncode == 1
+    assert run(str(path)).returncode == 1  # what fails without a key still fails
     path.write_text(json.dumps({**bundle, "bundle": "receipt-bundle/v9"}))
     assert run(str(path)).returncode == 2
 
 
-def _unused_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def test_no_key_and_no_network_cannot_check(tmp_path: Path) -> None:
-    verification = load("valid/plain.json")
-    verification["signature"]["keys_url"] = (
-        f"http://127.0.0.1:{_unused_port()}/.well-known/receipt-keys.json"
-    )
-    path = tmp_path / "saved.json"
-    path.write_text(json.dumps(verification))
-    done = run(str(path), "--json")
-    assert done.returncode == 2, done.stdout
-    answer = json.loads(done.stdout)
-    assert answer["status"] == "could_not_check"
-    results = {c["name"]: c["result"] for c in answer["checks"]}
-    assert results["signature"] == results["checkpoint_signature"] == "could_not_check"
-    assert results["hash"] == results["log_inclusion"] == "pass"
-    assert "--key" in done.stderr
-    # ...but a corrupted receipt is invalid whether or not a key can be had.
-    corrupted = load("invalid/plain--wrong-hash.json")
-    corrupted["signature"]["keys_url"] = verification["signature"]["keys_url"]
-    path.write_text(json.dumps(corrupted))
-    assert run(str(path)).returncode == 1
+def test_a_saved_verification_without_a_key_is_not_checked_for_its_signer(
+    tmp_path: Path,
+) -> None:
+    """The keys_url inside a saved file is the file's own claim, whoever made it: it is not
+    fetched, and the verdict is "could not check" (never valid) until a key is pinned."""
+    keys = json.dumps(load("keys.json")).encode("utf-8")
+    with ScriptedServer(then=lambda _: (200, {"Content-Type": "application/json"}, keys)) as site:
+        keys_url = f"{site.url}/.well-known/receipt-keys.json"
+        with urllib.request.urlopen(keys_url, timeout=10) as served:  # it does answer
+            assert served.read() == keys
+        site.seen.clear()
+        verification = load("valid/plain.json")
+        verification["signature"]["keys_url"] = keys_url
+        path = tmp_path / "saved.json"
+        path.write_text(json.dumps(verification))
+        done = run(str(path), "--json")
+        assert done.returncode == 2, done.stdout
+        answer = json.loads(done.stdout)
+        assert answer["status"] == "could_not_check"
+        results = {c["name"]: c["result"] for c in answer["checks"]}
+        assert results["signature"] == results["checkpoint_signature"] == "could_not_check"
+        assert results["hash"] == results["log_inclusion"] == "pass"
+        assert "signer was not checked" in done.stderr
+        assert "--key" in done.stderr
+        assert "from the site" not in done.stderr
+        words = run(str(path))
+        assert words.returncode == 2
+        assert "The signer was not checked" in words.stdout
+        assert words.stdout.splitlines()[-1].startswith("Verdict: COULD NOT CHECK")
+        assert site.seen == []
+        assert run(str(path), "--key", str(VECTORS / "keys.json")).returncode == 0
+        # ...and a corrupted receipt is invalid whether or not a key is pinned.
+        corrupted = load("invalid/plain--wrong-hash.json")
+        corrupted["signature"]["keys_url"] = keys_url
+        path.write_text(json.dumps(corrupted))
+        assert run(str(path)).returncode == 1
 
 
 @pytest.mark.parametrize("key", ["not-a-key", "AAAA", "/nonexistent/keys.json"])

@@ -7,7 +7,9 @@ TARGET is a receipt link (`https://…/run/<id>`), its verification URL
 (`{"bundle": "receipt-bundle/v1", "verification": …, "keys": …}`). KEY is a keys document
 (a file, as `/.well-known/receipt-keys.json` serves it) or a base64url Ed25519 public key (the
 `x` of a key). Exit status: 0 valid, 1 invalid, 2 could not check (the site cannot be reached,
-no key to check against, a TARGET that is not a receipt).
+no key to check against, a TARGET that is not a receipt). A saved file (verification or bundle)
+checked without KEY is never 0: it cannot say who signed it, whatever keys it carries, so its
+signer is not checked (exit 2, or 1 if something else fails).
 
 Every check is recomputed here, from the bytes. This package shares no code with the site and
 needs only the standard library and `cryptography`. One module per concept:
@@ -77,6 +79,7 @@ from receiptsite_client.verify.result import (
 )
 from receiptsite_client.verify.targets import (
     DEFAULT_TIMEOUT,
+    SAVED_FILE_NOTE,
     TRUST_NOTE,
     CouldNotCheck,
     Target,
@@ -103,6 +106,7 @@ __all__ = [
     "NOTE_SIGNATURE_PREFIX",
     "PASS",
     "PUBLIC_KEY_SIZE",
+    "SAVED_FILE_NOTE",
     "SIGNATURE_SIZE",
     "TRUST_NOTE",
     "UNCHECKED",

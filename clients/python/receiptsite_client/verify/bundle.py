@@ -7,8 +7,8 @@ bundle adds one check, `tlog_proof`: its c2sp.org/tlog-proof text must parse, ag
 verification's `log` part (the same index, the same proof hashes, the same checkpoint text),
 and hold by itself, as standard tlog tooling would check it: the inclusion proof leads from the
 receipt's leaf hash to the root of the proof's own checkpoint, and that checkpoint is signed by
-a trusted key under the log's name. The keys inside the bundle come from the site: to be
-independent of it, pin a key with --key.
+a trusted key under the log's name. The keys inside the bundle are the file's own claim: the
+caller (targets.verify_target) trusts only a pinned --key for a saved bundle.
 """
 
 from __future__ import annotations

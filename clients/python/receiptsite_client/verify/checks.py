@@ -61,8 +61,8 @@ def _check_signature(
         return Check(
             name,
             UNCHECKED,
-            "No key to check the signature against: give one with "
-            "--key (a keys document or a base64url Ed25519 key).",
+            "No key to check the signature against, so the signer was not checked: give one "
+            "with --key (a keys document or a base64url Ed25519 key).",
         )
     signature = verification.get("signature")
     if not isinstance(signature, dict):
@@ -151,7 +151,9 @@ def check_checkpoint(
     # The signature: by a trusted key, under the log's name.
     if trusted is None:
         return content, Check(
-            "checkpoint_signature", UNCHECKED, "No key to check the checkpoint's signature against."
+            "checkpoint_signature",
+            UNCHECKED,
+            "No key to check the checkpoint's signature against, so its signer was not checked.",
         )
     name = keys_origin if isinstance(keys_origin, str) else claimed_origin
     if not isinstance(name, str):

@@ -50,8 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--key",
         metavar="KEY",
-        help="a keys document file or a base64url Ed25519 public key to trust "
-        "(default: the key the site publishes, which is not independent)",
+        help="a keys document file or a base64url Ed25519 public key to trust; a saved file "
+        "without one is not checked for its signer (exit 2). For a URL, the default is the "
+        "key the site publishes, which is not independent. A key that begins with '-' is "
+        "given as --key=KEY",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument(

@@ -1,7 +1,11 @@
 """What receipt-verify is pointed at, and checking it: a TARGET (a `/run/<id>` URL, a verify
 URL, a bundle URL, a saved verification JSON or bundle) and a KEY (a keys document file or a
 base64url Ed25519 `x`), read or fetched over HTTP(S); then the keys to trust are chosen and the
-verification or bundle checked (verify_target). Anything that cannot be had is CouldNotCheck."""
+verification or bundle checked (verify_target). Anything that cannot be had is CouldNotCheck.
+
+Whom to trust: a pinned KEY alone; else, for a URL, the key the site publishes (said to be not
+independent); a saved file checked without KEY cannot say who signed it, whatever keys it
+carries, so its signatures are not checked and the verdict is at best "could not check"."""
 
 from __future__ import annotations
 
@@ -31,6 +35,13 @@ TRUST_NOTE = (
     "The key was taken from the site itself ({source}): this check is not independent of "
     "the site. Pin a key you got elsewhere with --key (a keys document file or its base64url "
     "x) to check without trusting it."
+)
+
+
+SAVED_FILE_NOTE = (
+    "The signer was not checked: {source} is a saved file, and a saved file cannot say who "
+    "signed it, whatever keys it carries. Pin a key you got elsewhere with --key=KEY (a keys "
+    "document file or its base64url x) to check its signatures."
 )
 
 
@@ -70,6 +81,7 @@ class Target:
     expected_id: str | None = None
     source: str = ""
     bundle: dict[str, Any] | None = None  # the whole bundle, when TARGET is one
+    saved: bool = False  # read from a file, not fetched from the site
 
 
 def _as_target(obj: Any, source: str, expected_id: str | None = None) -> Target:
@@ -116,7 +128,9 @@ def load_target(target: str, timeout: float = DEFAULT_TIMEOUT) -> Target:
         raise CouldNotCheck(f"cannot read {target} ({error.strerror or error})") from None
     except ValueError:
         raise CouldNotCheck(f"{target} is not JSON") from None
-    return _as_target(obj, target)
+    loaded = _as_target(obj, target)
+    loaded.saved = True
+    return loaded
 
 
 def load_key(key: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -155,6 +169,10 @@ def verify_target(target: str, key: str | None = None, timeout: float = DEFAULT_
     if key is not None:
         # The pinned key decides; a bundle's keys can still mark it compromised.
         keys = pinned_keys if pinned_keys is not None else loaded.keys
+    elif loaded.saved:
+        # Whoever made the file chose the keys inside it and the keys_url it names.
+        keys = None
+        notes.append(SAVED_FILE_NOTE.format(source=loaded.source))
     elif loaded.keys is not None:
         keys = loaded.keys
         notes.append(TRUST_NOTE.format(source=f"the keys document inside {loaded.source}"))

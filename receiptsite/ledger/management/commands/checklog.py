@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from receiptsite.integrity import keys, merkle, note
 from receiptsite.integrity.encoding import b64
-from receiptsite.ledger import log
+from receiptsite.ledger import log, signatures
 from receiptsite.receipts.models import (
     AppendedSignature,
     Checkpoint,
@@ -187,26 +187,31 @@ class Command(BaseCommand):
 
 def check_appended_signatures() -> list[str]:
     """Each signature `compromisekey` appended verifies under its key, over the receipt's
-    bytes, and rests on a checkpoint signed before the old key was compromised that includes
-    the receipt (a receipt whose content was erased by a withdrawal has no bytes to check)."""
+    bytes, and rests on a checkpoint that includes the receipt and that the site's own record
+    shows signed before the key it took over from was compromised, by a key not compromised
+    then (signatures.rests_on_proof: the rule the verification JSON applies). A receipt whose
+    content was erased by a withdrawal has no bytes to check."""
     problems: list[str] = []
-    rows = AppendedSignature.objects.values_list(
-        "id",
-        "signature",
-        "signing_key__public_key",
-        "receipt__canonical_bytes",
-        "receipt__log_entry__index",
-        "receipt__signing_key__compromised_at",
-        "evidence__tree_size",
-        "evidence__signed_at",
+    listed = SigningKey.objects.in_bulk()
+    rows = AppendedSignature.objects.order_by("receipt_id", "id").select_related(
+        "evidence", "receipt", "receipt__log_entry"
     )
-    for number, signature, public, data, index, compromised_at, size, signed_at in rows.iterator(
-        chunk_size=2000
-    ):
-        if data and not keys.verify_signature(bytes(public), bytes(data), bytes(signature)):
-            problems.append(f"appended signature {number} does not verify")
-        elif index is None or index >= size or (compromised_at and signed_at >= compromised_at):
+    previous: AppendedSignature | None = None
+    for appended in rows.iterator(chunk_size=2000):
+        receipt = appended.receipt
+        # The key it took over from: the receipt's newest signature before it.
+        replaced = listed[receipt.signing_key_id]
+        if previous is not None and previous.receipt_id == receipt.pk:
+            replaced = listed[previous.signing_key_id]
+        previous = appended
+        appended.evidence.signing_key = listed[appended.evidence.signing_key_id]
+        data = bytes(receipt.canonical_bytes)
+        public = bytes(listed[appended.signing_key_id].public_key)
+        if data and not keys.verify_signature(public, data, bytes(appended.signature)):
+            problems.append(f"appended signature {appended.pk} does not verify")
+        elif not signatures.rests_on_proof(appended.evidence, replaced, receipt.log_index):
             problems.append(
-                f"appended signature {number} rests on no checkpoint from before the compromise"
+                f"appended signature {appended.pk} rests on no checkpoint from before the "
+                "compromise"
             )
     return problems

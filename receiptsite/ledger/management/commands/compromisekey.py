@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from receiptsite import config
-from receiptsite.integrity import keys, merkle
+from receiptsite.integrity import keys, merkle, note
 from receiptsite.ledger import keyring, log
 from receiptsite.lib.rfc3339 import parse_rfc3339
 from receiptsite.problems import Problem
@@ -37,7 +37,8 @@ class Command(BaseCommand):
         "active one: --new-key-file, else the key in SIGNING_KEY_FILE if that is another key, "
         "else a new key, written in place of the compromised one in SIGNING_KEY_FILE (the "
         "site takes it up at its next write, no restart). Every receipt the old key signed "
-        "whose leaf a checkpoint signed before --at includes is signed again by the new key; "
+        "whose leaf a checkpoint signed before --at includes (by the database's record of when "
+        "the site signed it) is signed again by the new key; "
         "whatever else the old key signed, receipts and checkpoints, no longer verifies."
     )
 
@@ -157,14 +158,10 @@ class Command(BaseCommand):
         old.retired_at = old.retired_at or now
         old.save(update_fields=["status", "compromised_at", "retired_at"])
         keyring.forget()
+        # Chosen before anything is signed here: what this command signs is never proof.
+        evidence = evidence_before(since)
         active = keyring.record(new)  # retires the key that was active, if another
         log.sign_head_with(active)  # the latest checkpoint is never one by the old key
-        # The largest tree the site signed before `since`: its leaves were logged before.
-        evidence = (
-            SignedCheckpoint.objects.filter(signed_at__lt=since)
-            .order_by("-tree_size", "-id")
-            .first()
-        )
         logged = evidence.tree_size if evidence is not None else 0
         # Each receipt's newest signature is by `old` when it has no appended signature and
         # `old` signed it, or when its newest appended signature is by `old`.
@@ -249,10 +246,14 @@ class Command(BaseCommand):
         if evidence is not None:
             write(
                 f"Signed again by {new.kid}: {resigned} receipt(s) in the checkpoint of "
-                f"{evidence.tree_size} leaves signed at {format_timestamp(evidence.signed_at)}."
+                f"{evidence.tree_size} leaves signed at {format_timestamp(evidence.signed_at)} "
+                "(the site's own record, stamped by its database's clock)."
             )
         else:
-            write("No checkpoint was signed before that time: no receipt was signed again.")
+            write(
+                "No checkpoint was signed before that time (by the database's record): no "
+                "receipt was signed again."
+            )
         if skipped:
             write(
                 f"Left out: {skipped} receipt(s) whose stored bytes are not the ones signed and "
@@ -269,6 +270,36 @@ class Command(BaseCommand):
             )
         elif settings.SIGNING_KEY is not None and keyring.configured().kid == new.kid:
             write("SIGNING_KEY_FILE already names the new key.")
+
+
+def evidence_before(since: datetime) -> SignedCheckpoint | None:
+    """The largest tree the site provably signed before `since`, whose leaves were therefore
+    logged before: the checkpoint with the largest tree whose `signed_at`, the database's own
+    stamp (migrations/0013, never a time the inserting code chose), is before `since`; whose
+    note its key signed, for the tree size of its row and the stored tree's root at that size
+    (a row the site role inserted without the key proves nothing); and whose key had not been
+    compromised when it signed (SigningKey.disowns). None when there is none."""
+    origin = log.head().origin
+    candidates = (
+        SignedCheckpoint.objects.filter(signed_at__lt=since)
+        .select_related("signing_key")
+        .order_by("-tree_size", "-id")
+    )
+    for checkpoint in candidates.iterator(chunk_size=100):
+        key = checkpoint.signing_key
+        if key.disowns(checkpoint.signed_at):
+            continue
+        verifier = note.verifier_key(origin, bytes(key.public_key))
+        body = note.verify_note(checkpoint.note, [verifier])
+        if body is None:
+            continue
+        try:
+            _, size, root = note.parse_checkpoint(body)
+        except ValueError:
+            continue
+        if size == checkpoint.tree_size and root == log.root_at(size):
+            return checkpoint
+    return None
 
 
 def write_key(file: Path, pem: bytes) -> Path:
