@@ -220,3 +220,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if folder == "unit" and {"db", "transactional_db"} & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid}: uses the database, so it belongs in "
                                     "tests/db")
+
+
+def flush_redis(url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+
+
+@pytest.fixture(params=["database", "redis"])
+def store(request: pytest.FixtureRequest, db: None, settings: Any) -> str:
+    """Where the rate limits' buckets are: the database (REDIS_URL unset), or Redis."""
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        flush_redis(url)
+        settings.REDIS_URL = url
+    else:
+        settings.REDIS_URL = None
+    return str(request.param)

@@ -26,25 +26,12 @@ from receiptsite.audit.models import AuditEntry, FailedAuthentication, PrunePerm
 from receiptsite.config import rate_limits
 from receiptsite.receipts.models import ApiKey, Tenant
 from tests.conftest import assert_problem, example_body
-from tests.db.test_rate_limits import flush_redis
 
 pytestmark = pytest.mark.db
 
 ADDRESS, OTHER_ADDRESS = "198.51.100.7", "203.0.113.9"
 RECEIPT = "0f0e0d0c-0b0a-4908-8706-050403020100"
 UNKNOWN_KEY = "rk_0123456789ab_" + "s3cretUnknownKeyPart" * 2
-
-
-@pytest.fixture(params=["database", "redis"])
-def store(request: pytest.FixtureRequest, db: None, settings: Any) -> str:
-    """Where the buckets are: the database (REDIS_URL unset), or Redis."""
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_url")
-        flush_redis(url)
-        settings.REDIS_URL = url
-    else:
-        settings.REDIS_URL = None
-    return str(request.param)
 
 
 def call(

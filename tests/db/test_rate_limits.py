@@ -27,24 +27,6 @@ pytestmark = pytest.mark.db
 T = 1_800_000_000.0  # a moment, in seconds since the epoch
 
 
-def flush_redis(url: str) -> None:
-    import redis
-
-    redis.Redis.from_url(url).flushdb()
-
-
-@pytest.fixture(params=["database", "redis"])
-def store(request: pytest.FixtureRequest, db: None, settings: Any) -> str:
-    """Where the buckets are: the database (REDIS_URL unset), or Redis."""
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_url")
-        flush_redis(url)
-        settings.REDIS_URL = url
-    else:
-        settings.REDIS_URL = None
-    return str(request.param)
-
-
 def refused(scope: str, who: str, cost: int = 1, now: float = T) -> Problem:
     with pytest.raises(Problem) as caught:
         throttle(scope, who, cost, now=now)

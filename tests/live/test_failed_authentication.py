@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 
 from receiptsite.receipts.models import ApiKey
-from tests.conftest import example_body
-from tests.db.test_rate_limits import flush_redis
+from tests.conftest import example_body, flush_redis
 from tests.live.test_audit_log import Raw
 from tests.livesite import LiveSite, admin_connect, is_postgres, suite_database_url
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import example_body
-from tests.db.test_rate_limits import flush_redis
+from tests.conftest import example_body, flush_redis
 from tests.livesite import LiveSite
 
 pytestmark = pytest.mark.live
