@@ -190,24 +190,24 @@ def audit_log_days(text: str) -> int:
 # --- SIGNING_KEY_FILE ----------------------------------------------------------------------
 
 
-def signing_key(path: str) -> Ed25519PrivateKey:
+def signing_key(path: str, variable: str = "SIGNING_KEY_FILE") -> Ed25519PrivateKey:
     """The Ed25519 private key in the PKCS#8 PEM file at `path`, as `openssl genpkey
-    -algorithm ed25519` writes it."""
+    -algorithm ed25519` writes it; a bad file is a ConfigurationError naming `variable`."""
     try:
         pem = Path(path).read_bytes()
     except FileNotFoundError:
         raise ConfigurationError(
-            "SIGNING_KEY_FILE", f"names {path}, which does not exist"
+            variable, f"names {path}, which does not exist"
         ) from None
     except OSError as error:
         raise ConfigurationError(
-            "SIGNING_KEY_FILE", f"names {path}, which cannot be read ({error.strerror})"
+            variable, f"names {path}, which cannot be read ({error.strerror})"
         ) from None
     try:
         return load_private_key_pem(pem)
     except ValueError as error:
         raise ConfigurationError(
-            "SIGNING_KEY_FILE",
+            variable,
             f"names {path}, which is not an Ed25519 private key in PKCS#8 PEM ({error}; "
             "make one with `openssl genpkey -algorithm ed25519`)",
         ) from None

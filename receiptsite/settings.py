@@ -55,6 +55,14 @@ SECRET_KEY_FALLBACKS = envlist("SECRET_KEY_FALLBACKS", [])
 # key"). Only with DEBUG on may it be absent: the site then cannot sign, so it stores no
 # receipt and /healthz answers 503.
 SIGNING_KEY = config.signing_key(SIGNING_KEY_FILE) if SIGNING_KEY_FILE else None
+# During a rotation, the key SIGNING_KEY_FILE held before: it signs over to the new key in the
+# keys' history (ledger/key_history.py; README, "Rotating the signing key"). Unset otherwise.
+PREVIOUS_SIGNING_KEY_FILE = env("PREVIOUS_SIGNING_KEY_FILE")
+PREVIOUS_SIGNING_KEY = (
+    config.signing_key(PREVIOUS_SIGNING_KEY_FILE, "PREVIOUS_SIGNING_KEY_FILE")
+    if PREVIOUS_SIGNING_KEY_FILE
+    else None
+)
 
 DATABASE_TIMEOUT = envint("DATABASE_TIMEOUT", 5)
 

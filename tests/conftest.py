@@ -15,15 +15,19 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
-from receiptsite.ledger import keyring
-from receiptsite.receipts.models import ApiKey, Receipt, Tenant
+from receiptsite.integrity.keys import jwk_thumbprint, public_raw
+from receiptsite.ledger import key_history, keyring
+from receiptsite.receipts.models import ApiKey, Receipt, SigningKey, Tenant
 from tests.examples import EXAMPLE_BODY
 from tests.livesite import end_run, start_run
 
@@ -118,6 +122,23 @@ def command_line(*positional: str, **options: Any) -> list[str]:
     after the positionals, so `--` cannot simply be added there)."""
     flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
     return [*flags, "--", *positional]
+
+
+def mark_compromised(kid: str | None = None, at: datetime | None = None) -> SigningKey:
+    """Mark the key `kid` (default: the active one) compromised as of `at` (default: now)
+    behind the site's back, as another process might, and nothing else: its statement in the
+    keys' history (key_history.py), signed by a key of the test's own, then its row (the
+    database refuses a status no statement records)."""
+    key = (SigningKey.objects.get(kid=kid) if kid is not None
+           else SigningKey.objects.get(status=SigningKey.ACTIVE))
+    signer = Ed25519PrivateKey.generate()
+    return key_history.key_status_record(
+        kid=key.kid,
+        public=bytes(key.public_key),
+        status=SigningKey.COMPROMISED,
+        taking_over=key_history.Signer(jwk_thumbprint(public_raw(signer)), signer),
+        compromised_at=at or timezone.now(),
+    )
 
 
 def row_security_statements(route: str) -> int:

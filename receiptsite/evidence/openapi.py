@@ -380,7 +380,7 @@ OPENAPI: dict[str, Any] = {
         },
         "/.well-known/receipt-keys.json": {
             "get": {
-                "summary": "The site's public signing keys and log verifier keys",
+                "summary": "The site's public signing keys, log verifier keys and keys' history",
                 "operationId": "getKeys",
                 "responses": {"200": _json("The keys", {"type": "object"})},
             }

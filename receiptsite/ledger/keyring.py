@@ -3,9 +3,11 @@ loads and checks it), its public half kept in the database for ever.
 
 The key is recorded by a write path only, never by a read: the first time a process signs with
 it (an ingest, `migrate`, `manage.py signcheckpoint`) it records the public key as active and
-marks every other active key retired (still published, so what they signed keeps verifying).
-Rotating is therefore: point SIGNING_KEY_FILE at a new key, restart, and let a write path run
-(README, "Rotating the signing key"). The one exception is a key found compromised under the
+marks every other active key retired (still published, so what they signed keeps verifying),
+each change a signed statement of the keys' history (key_history.py) that the outgoing key
+signs too. Rotating is therefore: point SIGNING_KEY_FILE at a new key and
+PREVIOUS_SIGNING_KEY_FILE at the old one, restart, and let a write path run (README, "Rotating
+the signing key"). The one exception is a key found compromised under the
 append lock: `compromisekey` may have written the new key in place of it, so the file is read
 again then (taken_over), and the new key signs from that write on, with no restart.
 """
@@ -17,10 +19,10 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from receiptsite import config
 from receiptsite.integrity import keys
+from receiptsite.ledger import key_history
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import SigningKey
 
@@ -54,6 +56,9 @@ class ActiveKey(ConfiguredKey):
 _configured: list[ConfiguredKey] = []
 # kid -> its row, once this process has recorded the key as active.
 _recorded: dict[str, SigningKey] = {}
+# kid -> the private half of every key this process has activated (not compromised since): the
+# outgoing key signs the statement of its successor's activation when it is at hand.
+_held: dict[str, Ed25519PrivateKey] = {}
 
 
 def forget() -> None:
@@ -84,12 +89,12 @@ def configured_from(private: Ed25519PrivateKey) -> ConfiguredKey:
     return ConfiguredKey(private, public, keys.jwk_thumbprint(public))
 
 
-def record(key: ConfiguredKey) -> ActiveKey:
+def record(key: ConfiguredKey, compromising: str | None = None) -> ActiveKey:
     """`key`, recorded as the active one (once per process). Raises CannotSign for a key
-    marked compromised."""
+    marked compromised. `compromising`: the key `compromisekey` replaces (_activate)."""
     row = _recorded.get(key.kid)
     if row is None:
-        row = _recorded[key.kid] = _activate(key)
+        row = _recorded[key.kid] = _activate(key, compromising)
     return ActiveKey(key.private, key.public, key.kid, row)
 
 
@@ -115,19 +120,60 @@ def found_compromised(kid: str) -> CannotSign:
     return _compromised(kid)
 
 
-def _activate(key: ConfiguredKey) -> SigningKey:
+def _activate(key: ConfiguredKey, compromising: str | None = None) -> SigningKey:
+    """Record `key` as the active key and every other active key as retired, each change a
+    signed statement of the keys' history (key_history.py), signed by `key` and by the
+    outgoing keys: each key active until now signs over to its successor, so a rotation needs
+    the old key's private half (held by this process since it activated it, or in
+    PREVIOUS_SIGNING_KEY_FILE), else CannotSign. `compromising`: the active key `compromisekey`
+    marks compromised next, which signs nothing and is not retired here."""
     with transaction.atomic():
-        row, _ = SigningKey.objects.get_or_create(kid=key.kid, defaults={"public_key": key.public})
-        if row.status == SigningKey.COMPROMISED:
+        row = SigningKey.objects.filter(kid=key.kid).first()
+        if row is not None and row.status == SigningKey.COMPROMISED:
             raise _compromised(key.kid)
-        now = timezone.now()
-        SigningKey.objects.filter(status=SigningKey.ACTIVE).exclude(pk=row.pk).update(
-            status=SigningKey.RETIRED, retired_at=now
+        _held[key.kid] = key.private
+        previous = settings.PREVIOUS_SIGNING_KEY
+        if previous is not None:
+            _held.setdefault(keys.jwk_thumbprint(keys.public_raw(previous)), previous)
+        taking_over = key_history.Signer(key.kid, key.private)
+        others = list(
+            SigningKey.objects.filter(status=SigningKey.ACTIVE)
+            .exclude(kid=key.kid)
+            .exclude(kid=compromising or "")
         )
-        if row.status != SigningKey.ACTIVE:
-            row.status, row.retired_at = SigningKey.ACTIVE, None
-            row.save(update_fields=["status", "retired_at"])
+        missing = [other.kid for other in others if other.kid not in _held]
+        if missing:
+            raise CannotSign(
+                f"the key {missing[0]} is active, and its private half is not at hand to sign "
+                f"over to the new key {key.kid} in the keys' history: set "
+                "PREVIOUS_SIGNING_KEY_FILE to it for the rotation, or, if it leaked, mark it "
+                "compromised with `compromisekey`"
+            )
+        outgoing = [key_history.Signer(other.kid, _held[other.kid]) for other in others]
+        if row is None or row.status != SigningKey.ACTIVE:
+            row = key_history.key_status_record(
+                kid=key.kid,
+                public=key.public,
+                status=SigningKey.ACTIVE,
+                taking_over=taking_over,
+                outgoing=outgoing,
+            )
+        for other, signer in zip(others, outgoing, strict=True):
+            key_history.key_status_record(
+                kid=other.kid,
+                public=bytes(other.public_key),
+                status=SigningKey.RETIRED,
+                taking_over=taking_over,
+                outgoing=[signer],
+            )
     return row
+
+
+def disown(kid: str) -> None:
+    """The key `kid` is compromised: this process signs nothing more with it, not even as the
+    outgoing key of a statement."""
+    _held.pop(kid, None)
+    _recorded.pop(kid, None)
 
 
 def _compromised(kid: str) -> CannotSign:

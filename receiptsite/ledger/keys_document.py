@@ -1,5 +1,7 @@
 """The keys document, `/.well-known/receipt-keys.json`: every signing key the site has
-recorded, with its status, and the log's verifier keys (the offline bundle holds it too)."""
+recorded, with its status, the log's verifier keys, and the keys' history, the signed
+statements of every change of a key's status that the listed statuses must agree with
+(key_history.py; docs/verification.md says how to check it). The offline bundle holds it too."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 
 from receiptsite.integrity import keys as ed25519
 from receiptsite.integrity import note
-from receiptsite.ledger import log
+from receiptsite.ledger import key_history, log
 from receiptsite.receipts.models import SigningKey, format_timestamp
 
 
@@ -47,4 +49,5 @@ def keys_document_json() -> dict[str, Any]:
     return {
         "keys": listed,
         "log": {"origin": origin, "verifier_key": active_vkey, "verifier_keys": verifier_keys},
+        "history": key_history.history_json(),
     }

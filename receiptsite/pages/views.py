@@ -25,7 +25,6 @@ from receiptsite.pages.presentation import page_context, receipt_handoff
 from receiptsite.problems import Problem, problem
 from receiptsite.receipts.models import Receipt, ReviewDecision
 from receiptsite.review.forms import DecisionForm
-from receiptsite.review.services import decision_record
 from receiptsite.withdrawal.withdrawals import Withdrawn, withdrawn
 
 
@@ -103,17 +102,10 @@ def receipt_decision(request: HttpRequest, receipt_id: uuid.UUID) -> HttpRespons
         raise PermissionDenied
     form = DecisionForm(request.POST, receipt=receipt)
     htmx = getattr(request, "htmx", False)
-    if not form.is_valid():
+    # A form error, also when another auditor corrected the same decision meanwhile.
+    if not form.is_valid() or form.record(request.user) is None:  # type: ignore[arg-type]
         return _render_page(request, receipt, form=form, status=422,
                             partial="decisions-panel" if htmx else "")
-    decision_record(
-        receipt=receipt,
-        reviewer=request.user,  # type: ignore[arg-type]
-        conclusion=form.cleaned_data["conclusion"],
-        exception_note=form.cleaned_data["exception_note"],
-        follow_up=form.cleaned_data["follow_up"],
-        supersedes=form.cleaned_data["supersedes"],
-    )
     if htmx:
         return _render_page(request, receipt, partial="decisions-panel")
     return redirect(reverse("receipt-page", args=[receipt.public_id]) + "#decisions")

@@ -610,3 +610,85 @@ class Withdrawal(models.Model):
 
     def __str__(self) -> str:
         return f"withdrawal of {self.receipt_public_id} ({self.reason})"
+
+
+class WithdrawalStatement(models.Model):
+    """A withdrawal as a signed statement (withdrawal/statement_v1.py, RFC 8785), in one hash
+    chain over every withdrawal in the order they were made (withdrawal/statements.py): the
+    statement names the hash of the one before. Served in the withdrawn receipt's 410 answers;
+    `manage.py checkwithdrawals` checks the chain. Append-only (migrations/0015). Not
+    tenant-scoped, as the log: it is public evidence, read by a receipt's public id."""
+
+    SITE, MIGRATION = "site", "migration"
+    STATED_BY = [(SITE, "the site, when it was made"), (MIGRATION, "migration 0015")]
+
+    position = models.PositiveBigIntegerField(unique=True)
+    # DO_NOTHING: the database refuses a DELETE of a withdrawal (append-only).
+    withdrawal = models.OneToOneField(
+        Withdrawal, on_delete=models.DO_NOTHING, related_name="statement"
+    )
+    previous_hash = models.CharField(max_length=64, unique=True)
+    canonical_bytes = models.BinaryField()
+    statement_hash = models.CharField(max_length=64, unique=True)
+    signature = models.BinaryField(max_length=64)
+    signing_key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="+")
+    stated_at = models.DateTimeField(default=timezone.now)
+    stated_by = models.CharField(max_length=16, choices=STATED_BY, default=SITE)
+
+    def __str__(self) -> str:
+        return f"statement of withdrawal {self.withdrawal_id} at position {self.position}"
+
+
+class DecisionVouch(models.Model):
+    """A decision of the auditors' record signed again, by the key that replaced a compromised
+    one: made by `compromisekey`, in its transaction, for each decision whose standing rested
+    on that key and that still checks out (its bytes, hash, signature and place in the chain;
+    review/chain.py). The signature is over the link's canonical bytes, unchanged.
+    Append-only (migrations/0017_decisions_survive_compromise)."""
+
+    link = models.ForeignKey(DecisionLink, on_delete=models.PROTECT, related_name="vouches")
+    signing_key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="+")
+    signature = models.BinaryField(max_length=64)
+    signed_at = models.DateTimeField(db_default=Now())  # the database's clock (as 0013)
+
+    class Meta:
+        indexes = [models.Index(fields=["link", "id"], name="decisionvouch_link")]
+
+    def __str__(self) -> str:
+        return f"vouch for decision link {self.link_id} by {self.signing_key_id}"
+
+
+class KeyStatement(models.Model):
+    """One change of a signing key's status, a signed key-status/v1 statement
+    (ledger/key_statement_v1.py) chained to the one before it: the keys' history
+    (ledger/key_history.py writes it, in the transaction that changes the key). The key's row
+    must agree with its newest statement: the database refuses an insert or a change of status,
+    `retired_at` or `compromised_at` of a SigningKey that no statement records, any change of
+    its kid or public key, a second `compromised_at`, and a statement that does not follow the
+    newest one. Append-only (migrations/0016_key_history)."""
+
+    SITE, MIGRATION = "site", "migration"
+
+    position = models.PositiveBigIntegerField(unique=True)
+    kid = models.CharField(max_length=64)
+    public_key = models.BinaryField(max_length=32)
+    status = models.CharField(max_length=12, choices=SigningKey.STATUSES)
+    at = models.DateTimeField()
+    retired_at = models.DateTimeField(null=True, blank=True)
+    compromised_at = models.DateTimeField(null=True, blank=True)
+    previous_hash = models.CharField(max_length=64, unique=True)
+    statement_hash = models.CharField(max_length=64, unique=True)
+    canonical_bytes = models.BinaryField()
+    # [{"kid": ..., "signature": base64}], in the order of the statement's `signed_by`.
+    signatures = models.JSONField()
+    made_by = models.CharField(
+        max_length=16,
+        choices=[(SITE, "the site, when the key changed"), (MIGRATION, "migration 0016")],
+        default=SITE,
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["kid", "position"], name="keystatement_kid")]
+
+    def __str__(self) -> str:
+        return f"key statement {self.position}: {self.kid} {self.status}"

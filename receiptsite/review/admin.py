@@ -15,7 +15,12 @@ from django.template.loader import render_to_string
 from django.urls import path
 
 from receiptsite.integrity.encoding import b64
-from receiptsite.receipts.models import DecisionLink, ReviewDecision, format_timestamp
+from receiptsite.receipts.models import (
+    DecisionLink,
+    DecisionVouch,
+    ReviewDecision,
+    format_timestamp,
+)
 from receiptsite.review import chain
 from receiptsite.review.forms import DecisionForm
 from receiptsite.review.services import decision_record
@@ -39,24 +44,30 @@ class DecisionInline(admin.TabularInline):
 
 
 # The CSV export's columns of the auditors' record (review/chain.py), after the
-# decision's own: enough to check each row with nothing but the site's published keys.
+# decision's own: enough to check each row with nothing but the site's published keys (for a
+# decision signed by a key since compromised, the vouch of the key that took over: its
+# signature over the same signed document).
 RECORD_COLUMNS = ["position", "previous_decision_id", "previous_hash", "decision_hash",
                   "signature", "signing_key", "chained_at", "chained_by", "signed_document",
-                  "record_check"]
+                  "vouch_signature", "vouch_signing_key", "vouched_at", "record_check"]
 
 
 def _signature(link: DecisionLink | None) -> str:
     return "" if link is None else b64(bytes(link.signature))
 
 
-def _record_cells(link: DecisionLink | None) -> list[Any]:
-    """RECORD_COLUMNS but the last, for one decision (blank where it has no link)."""
+def _record_cells(link: DecisionLink | None, vouch: DecisionVouch | None) -> list[Any]:
+    """RECORD_COLUMNS but the last, for one decision (blank where it has no link, or no vouch
+    counts for it)."""
     if link is None:
         return [""] * (len(RECORD_COLUMNS) - 1)
+    vouched = ["", "", ""] if vouch is None else [
+        b64(bytes(vouch.signature)), vouch.signing_key.kid, format_timestamp(vouch.signed_at)
+    ]
     return [link.position, link.previous_decision_id or "", link.previous_hash,
             link.decision_hash, _signature(link), link.signing_key.kid,
             format_timestamp(link.chained_at), link.chained_by,
-            bytes(link.canonical_bytes).decode()]
+            bytes(link.canonical_bytes).decode(), *vouched]
 
 
 @admin.register(ReviewDecision)
@@ -74,7 +85,9 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
-            return ["receipt", "conclusion", "exception_note", "follow_up", "supersedes"]
+            # The auditor confirms the hash they reviewed (the form checks it is the receipt's).
+            return ["receipt", "output_hash", "conclusion", "exception_note", "follow_up",
+                    "supersedes"]
         return ["receipt", "reviewer", "reviewed_at", "conclusion", "exception_note",
                 "follow_up", "output_hash", "supersedes", "record_entry"]
 
@@ -92,9 +105,11 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
         """The decision's place in the auditors' record, its hash and signature, and whether
         it checks out."""
         record = chain.check()
+        vouch = record.vouched.get(obj.pk)
         return render_to_string("admin/receipts/reviewdecision/record_entry.html", {
             "link": record.links.get(obj.pk), "verdict": record.verdict(obj.pk),
-            "signature": _signature(record.links.get(obj.pk)),
+            "signature": _signature(record.links.get(obj.pk)), "vouch": vouch,
+            "vouch_signature": "" if vouch is None else b64(bytes(vouch.signature)),
         })
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -141,7 +156,8 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
                              d.conclusion, _cell(d.exception_note), _cell(d.follow_up),
                              d.supersedes_id or "", d.receipt.uuid, d.receipt.tenant.slug,
                              _cell(d.receipt.workflow_id), _cell(d.receipt.subject_name),
-                             d.output_hash, d.receipt.output_hash, *_record_cells(link),
+                             d.output_hash, d.receipt.output_hash,
+                             *_record_cells(link, record.vouched.get(d.pk)),
                              record.verdict(d.pk)])
         return response
 

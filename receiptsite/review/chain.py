@@ -10,14 +10,23 @@ chain (models.DecisionLink), one link per decision, in the order decisions were 
   hash, the signature and the key.
 - `chain()` appends a decision in the transaction that stores it, under a lock (PostgreSQL:
   an advisory lock; SQLite: the write lock BEGIN IMMEDIATE holds), and the link's unique
-  position and unique predecessor make a fork impossible even without it.
+  position and unique predecessor make a fork impossible even without it. The key it signs
+  with is read under that lock (`signing_key()`), as the log's write path reads its key under
+  the append lock (ledger/log.py): a decision is never signed by a key the database already
+  marks compromised.
+- `vouch()` is `compromisekey`'s part, under the same lock and in its transaction: the key
+  that takes over signs again the bytes of every decision whose standing rested on the
+  compromised key and that still checks out (models.DecisionVouch, append-only). Decisions
+  that do not check out get no vouch and stay reported.
 - `check()` reads the whole record and says which decisions are not as they were signed:
   changed (the row differs from its signed document, or the link itself was rewritten),
   removed (a link whose decision, or whose predecessor, is gone), reordered (a link that
   follows another decision than the one it was signed after), unchained (a decision no link
   signs: added behind the site's back), or signed by a key compromised before it could be
-  shown to exist. It reads and never writes. `manage.py checkdecisions`, the admin and the CSV
-  export all use it.
+  shown to exist and vouched for by no key that took over. A decision signed by a compromised
+  key counts when a vouch verifies for it by a key that did not disown it (SigningKey.disowns
+  at the vouch's time, which the database stamps), and the record says so. It reads and never
+  writes. `manage.py checkdecisions`, the admin and the CSV export all use it.
 
 Decisions recorded before the chain existed were chained by migration 0011, at migrate time,
 `chained_by = "migration"`: the record vouches for them as they stood then (README, "For
@@ -39,8 +48,10 @@ from receiptsite.integrity.canonical import canonical_bytes, sha256_hex
 from receiptsite.ledger import keyring
 from receiptsite.receipts.models import (
     DecisionLink,
+    DecisionVouch,
     ReviewDecision,
     SigningKey,
+    format_timestamp,
 )
 from receiptsite.review.decision_v1 import (
     CHAIN_FIELDS,
@@ -61,9 +72,22 @@ def lock() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK])
 
 
-def chain(decision: ReviewDecision) -> DecisionLink:
+def signing_key() -> keyring.ActiveKey:
+    """The key to sign a decision with, its status read from the database now: call after
+    lock(), so that a key `compromisekey` marked meanwhile is never used (its run takes the
+    lock too). When the configured key is marked compromised, the key `compromisekey` wrote in
+    its place in SIGNING_KEY_FILE takes over (keyring.taken_over), else keyring.CannotSign."""
+    kid = keyring.configured().kid
+    if SigningKey.objects.filter(kid=kid, status=SigningKey.COMPROMISED).exists():
+        return keyring.record(keyring.taken_over(kid))
+    return keyring.active_key()
+
+
+def chain(decision: ReviewDecision, key: keyring.ActiveKey | None = None) -> DecisionLink:
     """Sign a just-stored decision and append it to the record. Call inside the transaction
-    that stored it, after lock(). Raises keyring.CannotSign without a usable key."""
+    that stored it, after lock(); `key`: signing_key(), read under that lock (by default read
+    here). Raises keyring.CannotSign without a usable key."""
+    key = key or signing_key()
     last = (
         DecisionLink.objects.order_by("-position")
         .only("position", "decision_id", "decision_hash")
@@ -84,7 +108,7 @@ def chain(decision: ReviewDecision) -> DecisionLink:
         chained_by=DecisionLink.SITE,
     )
     data = canonical_bytes(document(values, {name: getattr(link, name) for name in CHAIN_FIELDS}))
-    link.signature, link.signing_key = keyring.sign(data)
+    link.signature, link.signing_key = keys.sign(key.private, data), key.row
     link.canonical_bytes, link.decision_hash = data, sha256_hex(data)
     link.save(force_insert=True)
     return link
@@ -114,6 +138,8 @@ class Record:
     by_migration: int = 0
     findings: list[Finding] = field(default_factory=list)
     links: dict[int, DecisionLink] = field(default_factory=dict)  # decision id -> its link
+    # decision id -> the vouch that lets a decision signed by a compromised key count
+    vouched: dict[int, DecisionVouch] = field(default_factory=dict)
 
     @property
     def sound(self) -> bool:
@@ -124,22 +150,39 @@ class Record:
         return self.findings[0] if self.findings else None
 
     def verdict(self, decision_id: int) -> str:
-        """One decision's line in the CSV export: `sound`, or what is wrong with it."""
+        """One decision's line in the CSV export and the admin: `sound` (and, for one signed
+        by a key since compromised, the vouch it rests on), or what is wrong with it."""
         for finding in self.findings:
             if finding.decision_id == decision_id:
                 return f"{finding.kind}: {finding}"
-        return "sound"
+        vouch = self.vouched.get(decision_id)
+        if vouch is None:
+            return "sound"
+        return f"sound: {vouched_words(self.links[decision_id], vouch)}"
+
+    def vouches(self) -> str:
+        """The sentence that says how many decisions rest on a vouch, and by which keys; ""
+        when none does."""
+        if not self.vouched:
+            return ""
+        kids = sorted({vouch.signing_key.kid for vouch in self.vouched.values()})
+        return (
+            f"{len(self.vouched)} of them were signed by a key since compromised and count "
+            f"because the key that took over vouches for them (it signed their bytes again "
+            f"when `compromisekey` ran): {', '.join(kids)}."
+        )
 
     def summary(self) -> str:
         if not self.sound:
             return f"The record of review decisions does not check out: {self.first}."
         if self.head_hash is None:
             return "The record of review decisions checks out: it holds no decision yet."
-        return (
+        said = (
             f"The record of review decisions checks out: {self.count} decisions, each signed "
             f"and chained to the one before; the head is decision hash {self.head_hash} at "
             f"position {self.head_position}."
         )
+        return f"{said} {self.vouches()}" if self.vouched else said
 
 
 def _changes(signed: dict[str, Any], now: dict[str, Any]) -> str:
@@ -152,8 +195,46 @@ def _changes(signed: dict[str, Any], now: dict[str, Any]) -> str:
     return "; ".join(changed)
 
 
+def vouched_words(link: DecisionLink, vouch: DecisionVouch) -> str:
+    return (
+        f"signed by the key {link.signing_key.kid}, since compromised, and vouched for by the "
+        f"key {vouch.signing_key.kid}, which signed its bytes again at "
+        f"{format_timestamp(vouch.signed_at)}"
+    )
+
+
+def _vouches(
+    links: list[DecisionLink], signing_keys: dict[int, SigningKey]
+) -> dict[int, DecisionVouch]:
+    """Decision id -> the first vouch for its link that counts: by another key than the
+    link's, its signature over the link's bytes verifies under its key, and its key did not
+    disown it (SigningKey.disowns, at the database's stamp of the vouch). Only for links signed
+    by a compromised key."""
+    by_link = {link.pk: link for link in links}
+    counted: dict[int, DecisionVouch] = {}
+    for vouch in DecisionVouch.objects.order_by("id"):
+        link = by_link.get(vouch.link_id)
+        key = signing_keys.get(vouch.signing_key_id)
+        if link is None or key is None or link.decision_id in counted:
+            continue
+        signer = signing_keys.get(link.signing_key_id)
+        if (
+            signer is None
+            or signer.status != SigningKey.COMPROMISED
+            or key.pk == signer.pk  # a key never vouches for itself
+            or key.disowns(vouch.signed_at)
+        ):
+            continue
+        if keys.verify_signature(
+            bytes(key.public_key), bytes(link.canonical_bytes), bytes(vouch.signature)
+        ):
+            vouch.signing_key = key  # no query per vouch
+            counted[link.decision_id] = vouch
+    return counted
+
+
 def check() -> Record:
-    """Verify the whole record. Reads only: three queries (links, decisions, keys)."""
+    """Verify the whole record. Reads only: four queries (links, decisions, keys, vouches)."""
     record = Record()
     links = list(DecisionLink.objects.order_by("position"))
     lookups = [lookup for _, lookup in DECISION_FIELDS]
@@ -163,6 +244,7 @@ def check() -> Record:
         if link.signing_key_id in signing_keys:
             link.signing_key = signing_keys[link.signing_key_id]  # no query per link
     record.links = {link.decision_id: link for link in links}
+    record.vouched = _vouches(links, signing_keys)
     record.count = len(links)
     signed_hashes = {link.decision_hash: link for link in links}
 
@@ -179,11 +261,13 @@ def check() -> Record:
             previous_id,
             previous_hash,
             signed_hashes,
+            link.decision_id in record.vouched,
         )
         record.findings += found
         key = signing_keys.get(link.signing_key_id)
         if key is not None and key.status == SigningKey.COMPROMISED:
-            unvouched.append(link)
+            if link.decision_id not in record.vouched:
+                unvouched.append(link)
         elif not found:
             unvouched.clear()  # a sound link by a good key binds every link before it
         previous_id, previous_hash = link.decision_id, link.decision_hash
@@ -200,7 +284,8 @@ def check() -> Record:
                     link.position,
                     "compromised",
                     f"was signed by the key {signing_keys[link.signing_key_id].kid}, since "
-                    "compromised, and no later decision signed by another key vouches for it",
+                    "compromised, and no later decision signed by another key vouches for it, "
+                    "nor a vouch by the key that took over",
                 )
             )
     for decision_id in sorted(set(decisions) - set(record.links)):
@@ -224,6 +309,7 @@ def _check_link(
     previous_id: int | None,
     previous_hash: str,
     signed_hashes: dict[str, DecisionLink],
+    vouched: bool,
 ) -> list[Finding]:
     def finding(kind: str, detail: str) -> list[Finding]:
         return [Finding(link.decision_id, link.position, kind, detail)]
@@ -243,10 +329,6 @@ def _check_link(
     now = document(row, chain_now)
     if signed != now:
         return finding("changed", f"was changed: {_changes(signed, now)}")
-    if key.status == SigningKey.COMPROMISED and (
-        key.compromised_at is None or link.chained_at >= key.compromised_at
-    ):
-        return finding("compromised", f"was signed by the key {key.kid} after it was compromised")
     if signed["previous_hash"] != previous_hash or signed["previous_decision_id"] != previous_id:
         before = signed_hashes.get(signed["previous_hash"])
         if before is not None:
@@ -264,6 +346,13 @@ def _check_link(
         )
     if link.position != expected:
         return finding("reordered", f"was moved: its place in the chain is {expected}")
+    # Last: a "compromised" finding means everything else about the link holds (vouch()).
+    if key.disowns(link.chained_at) and not vouched:
+        return finding(
+            "compromised",
+            f"was signed by the key {key.kid} after it was compromised, and no key that took "
+            "over vouches for it",
+        )
     return []
 
 
@@ -275,3 +364,48 @@ def links_for(decision_ids: Iterable[int]) -> dict[int, DecisionLink]:
     """The links of these decisions, with their keys (for the admin's change form)."""
     rows = DecisionLink.objects.select_related("signing_key").filter(decision_id__in=decision_ids)
     return {link.decision_id: link for link in rows}
+
+
+@dataclass(frozen=True)
+class Vouched:
+    """What vouch() did: how many decisions the new key vouched for, and the findings of
+    those that rested on the compromised key but do not check out (left without a vouch)."""
+
+    count: int
+    left_out: list[Finding]
+
+
+def vouch(old: SigningKey, key: keyring.ActiveKey) -> Vouched:
+    """`compromisekey`'s part, in its transaction, after it marked `old` compromised and
+    recorded `key` as the active key: take the record's lock, then have `key` sign again the
+    canonical bytes of every decision whose standing rested on `old` (chained by it, or vouched
+    for by it) and that still checks out, its link's hash, signature and place in the chain
+    included (check(): no finding, or only the one that says its key was compromised). A
+    decision that does not check out is never made to verify again: it keeps its finding."""
+    lock()
+    record = check()
+    by_old = set(
+        DecisionVouch.objects.filter(signing_key=old).values_list("link__decision_id", flat=True)
+    )
+    resting = [
+        link
+        for decision_id, link in record.links.items()
+        if link.signing_key_id == old.pk or decision_id in by_old
+    ]
+    bad = {
+        finding.decision_id: finding
+        for finding in reversed(record.findings)
+        if finding.kind != "compromised"
+    }
+    made = [
+        DecisionVouch(
+            link=link,
+            signing_key=key.row,
+            signature=keys.sign(key.private, bytes(link.canonical_bytes)),
+        )
+        for link in sorted(resting, key=lambda link: link.position)
+        if link.decision_id not in bad
+    ]
+    DecisionVouch.objects.bulk_create(made)
+    left_out = [bad[link.decision_id] for link in resting if link.decision_id in bad]
+    return Vouched(len(made), sorted(left_out, key=lambda f: f.position or 0))

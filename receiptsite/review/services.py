@@ -6,9 +6,19 @@ from __future__ import annotations
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from receiptsite.ledger import keyring
 from receiptsite.receipts.models import Receipt, ReviewDecision
 from receiptsite.review import chain
+
+
+class AlreadyCorrected(ValueError):
+    """The decision to correct was corrected meanwhile: two auditors corrected it at once, and
+    the other one's correction was stored first (the form shows it as an error)."""
+
+    def __init__(self, decision: ReviewDecision) -> None:
+        super().__init__(
+            f"decision {decision.pk} was corrected meanwhile by another decision; reload the "
+            "page and correct the newest decision instead"
+        )
 
 
 def decision_record(
@@ -22,12 +32,16 @@ def decision_record(
 ) -> ReviewDecision:
     """Append a review decision, bound to the output hash the reviewer saw, and sign it into
     the auditors' record (review/chain.py) in the same transaction. Raises
-    keyring.CannotSign (503) without a usable key, before anything is stored."""
+    keyring.CannotSign (503) without a usable key, and AlreadyCorrected when another decision
+    corrects `supersedes` already, before anything is stored."""
     if supersedes is not None and supersedes.receipt_id != receipt.pk:
         raise ValueError("a decision can only supersede a decision on the same receipt")
     with transaction.atomic():
         chain.lock()  # two auditors saving at once take turns: the record cannot fork
-        keyring.active_key()
+        # Both read under the lock: a key compromised meanwhile, a correction stored meanwhile.
+        key = chain.signing_key()
+        if supersedes is not None and ReviewDecision.objects.filter(supersedes=supersedes).exists():
+            raise AlreadyCorrected(supersedes)
         decision = ReviewDecision.objects.create(
             receipt=receipt,
             reviewer=reviewer,
@@ -37,5 +51,5 @@ def decision_record(
             output_hash=receipt.output_hash,
             supersedes=supersedes,
         )
-        chain.chain(decision)
+        chain.chain(decision, key)
     return decision

@@ -10,18 +10,26 @@ database permits this one change of a receipt row, and only once a withdrawal re
 exists (migrations/0009_withdrawal installs its triggers with these columns written out, frozen;
 tests/db/test_withdrawal.py holds them to KEPT and the model).
 
-Erased means gone from the database's files too, as far as the site can reach them:
+The withdrawal is evidence too: in its transaction, under the log's append lock (as ingest
+takes it), the site signs its statement and appends it to the withdrawals' chain
+(statements.py); without a usable key nothing is withdrawn (503). The database refuses a
+withdrawal row whose tenant or receipt public id is not its receipt's (migrations/0015).
+
+Erased means gone from the database's files too, once `manage.py scrubwithdrawn` has run (the
+request only erases; README, "Withdrawal", says when to run it):
 
 - SQLite keeps deleted content in free pages and in the write-ahead log. The erasing
   transaction runs with `PRAGMA secure_delete = ON` (freed space and pages are overwritten
-  with zeros), and once it has committed `PRAGMA wal_checkpoint(TRUNCATE)` copies the log into
-  the database file and empties it.
+  with zeros: cheap, and only right inside the transaction that frees them). The old pages
+  stay in the write-ahead log until a checkpoint copies it into the database file;
+  scrubwithdrawn's `PRAGMA wal_checkpoint(TRUNCATE)` does that and empties the log. It is not
+  done in the request: it must wait for every reader still on an older snapshot, and a
+  request must not wait on other requests' readers.
 - PostgreSQL keeps the old row version (and its index entries and TOAST chunks) as dead tuples
-  until VACUUM. Once the transaction has committed the site runs `VACUUM (INDEX_CLEANUP ON)`
-  on the receipts table, which a role that owns the table may do; for any other role
-  PostgreSQL skips it with a warning and autovacuum does it later. `VACUUM FULL` (README)
-  rewrites the table's files, for byte-level certainty. pg_wal, WAL archives and backups keep
-  the old content until they are recycled (README, "Withdrawal").
+  until VACUUM. scrubwithdrawn runs `VACUUM (INDEX_CLEANUP ON)` on the receipts table, as the
+  role that owns it (a VACUUM cannot run in a request's transaction, and the site's role may
+  not run it). `VACUUM FULL` (README) rewrites the table's files, for byte-level certainty.
+  pg_wal, WAL archives and backups keep the old content until they are recycled.
 
 The idempotency key is erased too (it may hold personal data), yet it stays spent: a producer's
 retry must never publish withdrawn content again. The withdrawal row keeps a keyed hash of the
@@ -38,7 +46,6 @@ nothing can refuse a retry of those.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -47,24 +54,27 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DatabaseError, IntegrityError, connection, models, transaction
 from django.db.models import OuterRef, Subquery
+from django.urls import reverse
 from django.utils.crypto import salted_hmac
 from receiptsite_client.redaction import redact_text
 
 from receiptsite.evidence.kinds import OBJECT_MESSAGE, Enum, Errors, Field, Object, Text
 from receiptsite.integrity.encoding import b64
+from receiptsite.ledger import log, signatures
 from receiptsite.ledger.verification import log_part, read_bytes, verification_json
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import (
     ApiKey,
     LogNode,
     Receipt,
+    SigningKey,
     Summary,
     Withdrawal,
+    WithdrawalStatement,
     format_timestamp,
 )
 from receiptsite.receipts.rowsecurity import ERASE_FUNCTION
-
-logger = logging.getLogger(__name__)
+from receiptsite.withdrawal import statements
 
 REASONS: Final = tuple(value for value, _ in Withdrawal.REASONS)
 NOTE_MAX: Final = 500
@@ -165,6 +175,15 @@ class Withdrawn:
     def withdrawn_at(self) -> str:
         return format_timestamp(self.withdrawal.withdrawn_at)
 
+    @property
+    def statement(self) -> WithdrawalStatement | None:
+        """The withdrawal's signed statement (None only if it was removed behind the site's
+        back: checkwithdrawals says so)."""
+        try:
+            return self.withdrawal.statement
+        except WithdrawalStatement.DoesNotExist:
+            return None
+
 
 def withdrawn(receipt: Receipt) -> Withdrawn | None:
     """The withdrawal of `receipt` with its kept leaf hash, or None when it is not withdrawn.
@@ -175,7 +194,12 @@ def withdrawn(receipt: Receipt) -> Withdrawn | None:
         return None
     # A leaf hash is the log's node at level 0, whose key is the leaf's index (node_key).
     leaf = LogNode.objects.filter(key=OuterRef("receipt__log_entry__index")).values("hash")[:1]
-    found = Withdrawal.objects.filter(receipt_id=receipt.pk).annotate(leaf=Subquery(leaf)).first()
+    found = (
+        Withdrawal.objects.filter(receipt_id=receipt.pk)
+        .select_related("statement__signing_key")
+        .annotate(leaf=Subquery(leaf))
+        .first()
+    )
     if found is None:
         return None
     leaf_hash = getattr(found, "leaf", None)
@@ -193,10 +217,17 @@ def answer(withdrawal: Withdrawal) -> dict[str, str]:
 
 def verification(receipt: Receipt, found: Withdrawn) -> dict[str, Any]:
     """The 410 answer of `GET /api/receipt/<id>/verify` for a withdrawn receipt: the kept
-    leaf hash, and the log object of the verification JSON with its inclusion proof."""
-    log_json = None
-    if found.leaf_hash is not None:
-        log_json, _ = log_part(receipt, b"", leaf=found.leaf_hash)
+    output hash, signature and leaf hash, the log object of the verification JSON with its
+    inclusion proof and the `log_inclusion` check (recomputed now, as the verification JSON's),
+    and the withdrawal's signed statement. Whoever holds a copy of the original bytes can check
+    it against these: its SHA-256 is the output hash, the signature verifies over it, and its
+    leaf hash is the one the proof includes."""
+    if found.leaf_hash is None:
+        log_json, log_check = log_part(receipt, b"")  # says the receipt has no place in the log
+    else:
+        log_json, log_check = log_part(receipt, b"", leaf=found.leaf_hash)
+    stated = found.statement
+    key, signature = _kept_signature(receipt)
     return {
         "receipt_id": receipt.uuid,
         "status": "withdrawn",
@@ -204,7 +235,27 @@ def verification(receipt: Receipt, found: Withdrawn) -> dict[str, Any]:
         "reason": found.withdrawal.reason,
         "leaf_hash": b64(found.leaf_hash) if found.leaf_hash is not None else None,
         "log": log_json,
+        "output_hash": receipt.output_hash,
+        "signature": {
+            "algorithm": "Ed25519",
+            "key_id": key.kid,
+            "value": b64(signature),
+            "keys_url": settings.SITE_URL + reverse("receipt-keys"),
+        },
+        "checks": [log_check],
+        "statement": statements.served(stated) if stated is not None else None,
     }
+
+
+def _kept_signature(receipt: Receipt) -> tuple[SigningKey, bytes]:
+    """The signature a copy of the erased bytes is checked against: the one made when the
+    receipt was stored or, once its key is compromised, the newest one a key not compromised
+    appended (ledger/signatures.py; the bytes being gone, the site cannot verify it now)."""
+    if receipt.signing_key.status == SigningKey.COMPROMISED:
+        for later in signatures.appended(receipt):
+            if later.signing_key.status != SigningKey.COMPROMISED:
+                return later.signing_key, bytes(later.signature)
+    return receipt.signing_key, bytes(receipt.signature)
 
 
 def summary(receipt: Receipt, withdrawal: Withdrawal) -> dict[str, Any]:
@@ -263,6 +314,9 @@ def receipt_withdraw(
     assert reason in REASONS and len(note) <= NOTE_MAX
     assert (api_key is None) != (auditor is None)
     with transaction.atomic():
+        # The statement is signed and chained under the log's lock, as ingest signs (the key
+        # is read under it, and the chain cannot fork).
+        log.lock()
         existing = Withdrawal.objects.filter(receipt_id=receipt.pk).first()
         if existing is not None:
             return existing, True
@@ -285,9 +339,18 @@ def receipt_withdraw(
                 )
         except IntegrityError:  # a concurrent withdrawal committed first
             return Withdrawal.objects.get(receipt_id=receipt.pk), True
+        statements.state(withdrawal, _leaf_hash(receipt))
         _erase(receipt)
-        transaction.on_commit(scrub)
     return withdrawal, False
+
+
+def _leaf_hash(receipt: Receipt) -> bytes | None:
+    """The receipt's leaf hash in the log (the node at level 0 keyed by its index)."""
+    index = receipt.log_index
+    if index is None:
+        return None
+    node = LogNode.objects.filter(key=index).values_list("hash", flat=True).first()
+    return None if node is None else bytes(node)
 
 
 def _erase(receipt: Receipt) -> None:
@@ -306,35 +369,36 @@ def _erase(receipt: Receipt) -> None:
     Receipt.objects.filter(pk=receipt.pk).update(**erased)
 
 
-def scrub() -> None:
-    """After an erasing commit: take the old content out of the database's files, as far as
-    this connection may (the module's docstring). A failure is logged, never raised: the
-    withdrawal has committed."""
-    try:
-        if connection.vendor == "sqlite":
-            _checkpoint_sqlite()
-        elif connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute(f"VACUUM (INDEX_CLEANUP ON) {Receipt._meta.db_table}")
-    except DatabaseError:
-        logger.exception("withdrawal: could not scrub the erased content from the files")
+def scrub(wait: float = 10.0) -> str:
+    """Take withdrawn receipts' erased content out of the database's files, as far as this
+    connection may (the module's docstring); `manage.py scrubwithdrawn` runs it, outside any
+    transaction. Returns what was done, in words; raises DatabaseError when it could not
+    (SQLite: the write-ahead log still in use by a reader after `wait` seconds)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM (INDEX_CLEANUP ON) {Receipt._meta.db_table}")
+        return f"VACUUM (INDEX_CLEANUP ON) {Receipt._meta.db_table} has run."
+    if connection.vendor == "sqlite":
+        return _checkpoint_sqlite(wait)
+    raise DatabaseError(f"no scrubbing for {connection.vendor}")
 
 
-def _checkpoint_sqlite(attempts: int = 20) -> None:
+def _checkpoint_sqlite(wait: float) -> str:
     """Copy the write-ahead log into the database file and truncate it; a reader still on an
-    older snapshot makes SQLite answer busy, so try again for a moment."""
+    older snapshot makes SQLite answer busy, so try again until `wait` seconds have passed."""
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA journal_mode")
         (mode,) = cursor.fetchone()
         if str(mode).lower() != "wal":
-            return
-        for _ in range(attempts):
+            return "The database keeps no write-ahead log: nothing to checkpoint."
+        deadline = time.monotonic() + wait
+        while True:
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             (busy, _frames, _done) = cursor.fetchone()
             if not busy:
-                return
-            time.sleep(0.05)
-    logger.warning(
-        "withdrawal: the write-ahead log is still in use; the erased content leaves it at the "
-        "next full checkpoint"
-    )
+                return "The write-ahead log is copied into the database file and emptied."
+            if time.monotonic() >= deadline:
+                raise DatabaseError(
+                    "the write-ahead log is still in use by a reader; run the command again"
+                )
+            time.sleep(0.05)  # a reader on an older snapshot: poll until it has moved on

@@ -182,6 +182,115 @@
     return { ok: verified, body: body, byCompromised: !verified && byCompromised };
   }
 
+  // The keys' history (docs/verification.md, "The keys' history"): the listed keys, each as
+  // far as a valid chain of signed key-status/v1 statements vouches for it, from the first key
+  // the site published. A key the chain does not vouch for as listed is left out, unless the
+  // chain says it is compromised: it is then taken as that. The same rules as receipt-verify
+  // (receiptsite_client/verify/keychain.py) and the site's checklog. A document without a
+  // history (an older site's) is taken as it is.
+  function canonical(doc) {
+    // RFC 8785 for what a statement holds (ASCII strings, integers, null, a list of strings).
+    return JSON.stringify(doc, Object.keys(doc).sort());
+  }
+  async function statementProblem(chain, position, item) {
+    var data = b64decode(item.statement);
+    var doc = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(data));
+    var members = ["at", "compromised_at", "format", "kid", "made_by", "position", "previous_hash", "retired_at", "signed_by", "status", "x"];
+    if (doc === null || typeof doc !== "object" || Object.keys(doc).sort().join() !== members.join() || doc.format !== "key-status/v1") return "not a key-status/v1 statement";
+    if (new TextEncoder().encode(canonical(doc)).join() !== data.join()) return "not in RFC 8785 form";
+    if (hex(await sha256(data)) !== item.hash) return "its hash is not the SHA-256 of its bytes";
+    if (doc.position !== position || doc.previous_hash !== chain.previous) return "it does not follow the statement before it";
+    var kid = doc.kid, status = doc.status, signers = doc.signed_by;
+    if (chain.owed.size && !(status === "compromised" && chain.owed.has(kid))) return "a key was activated without the outgoing key's signature";
+    if (["active", "retired", "compromised"].indexOf(status) < 0) return "its status is not valid";
+    var raw = b64urlDecode(doc.x);
+    if (raw.length !== 32) return "its key is not valid";
+    var thumbprint = canonical({ crv: "Ed25519", kty: "OKP", x: doc.x });
+    var digest = await sha256(new TextEncoder().encode(thumbprint));
+    if (btoa(String.fromCharCode.apply(null, digest)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "") !== kid) return "the kid is not the thumbprint of its key";
+    var before = chain.keys.get(kid);
+    if (before && before.x !== doc.x) return "it changes a key's public key";
+    if (before && before.status === "compromised") return "it follows the compromise of its key";
+    if ((status === "compromised") !== (doc.compromised_at !== null)) return "compromised_at is there for a compromised key only";
+    if (!Array.isArray(signers) || !signers.length || new Set(signers).size !== signers.length) return "it names no signer";
+    if (doc.made_by === "migration") {
+      if (position === 0) chain.migrationKey = kid;
+      if (signers.length !== 1 || signers[0] !== chain.migrationKey || (kid === chain.migrationKey && position)) return "a migration's statement outside its prefix";
+    } else if (doc.made_by === "site") {
+      chain.migrationKey = null;
+    } else {
+      return "it is made by no one the format knows";
+    }
+    var given = new Map((item.signatures || []).map(function (s) { return [s.kid, s.signature]; }));
+    for (var i = 0; i < signers.length; i++) {
+      var stated = signers[i] === kid ? doc : chain.keys.get(signers[i]);
+      if (!stated) return "it is signed by a key the history has not stated";
+      if (stated.status === "compromised") return "it is signed by a compromised key";
+      if (i === 0 && stated.status !== "active" && doc.made_by !== "migration") return "its first signer is not an active key";
+      if (!given.has(signers[i])) return "a signature is missing";
+      var verified;
+      try {
+        verified = await ed25519Verify(b64urlDecode(stated.x), b64decode(given.get(signers[i])), data);
+      } catch (e) {
+        chain.noEd25519 = true;  // this browser cannot check Ed25519: nothing is decided
+        throw e;
+      }
+      if (!verified) return "a signature does not verify";
+    }
+    if (doc.made_by === "site") {
+      if (status === "active") {
+        if (signers[0] !== kid) return "an activated key does not sign its own activation first";
+        chain.keys.forEach(function (other, otherKid) {
+          if (otherKid !== kid && other.status === "active" && signers.indexOf(otherKid) < 0) chain.owed.set(otherKid, kid);
+        });
+      } else if (signers[0] === kid) {
+        return "a key signs its own " + status + " first";
+      } else if (status === "retired" && signers.indexOf(kid) < 0) {
+        return "the outgoing key did not sign its retirement";
+      } else if (status === "compromised") {
+        if (signers.indexOf(kid) >= 0) return "a compromised key signs its own compromise";
+        chain.owed.delete(kid);
+      }
+    }
+    chain.keys.set(kid, doc);
+    return null;
+  }
+  async function vouchedKeys(keys) {
+    if (!Array.isArray(keys.history)) return { keys: keys.keys, problem: null };
+    var chain = { keys: new Map(), owed: new Map(), previous: "0".repeat(64), migrationKey: null, noEd25519: false };
+    var problem = null;
+    for (var position = 0; position < keys.history.length && !problem; position++) {
+      try {
+        problem = await statementProblem(chain, position, keys.history[position]);
+      } catch (e) {
+        // Without Ed25519 here the history cannot be checked, nor any signature (the checks
+        // below say so): the keys are taken as listed.
+        if (chain.noEd25519) return { keys: keys.keys, problem: null };
+        problem = "it cannot be read";
+      }
+      if (problem) problem = "statement " + position + ": " + problem;
+      else chain.previous = keys.history[position].hash;
+    }
+    if (!problem && chain.owed.size) problem = "a key was activated without the outgoing key's signature";
+    chain.owed.forEach(function (successor) { chain.keys.delete(successor); });
+    if (!problem && !chain.keys.size) problem = "the history is empty";
+    var listed = [];
+    keys.keys.forEach(function (entry) {
+      var stated = chain.keys.get(entry.kid);
+      var agrees = stated && stated.x === entry.x && stated.status === entry.status &&
+        stated.retired_at === entry.retired_at && stated.compromised_at === (entry.compromised_at || null);
+      if (agrees) {
+        listed.push(entry);
+      } else if (stated && stated.status === "compromised") {
+        listed.push(Object.assign({}, entry, { status: "compromised", compromised_at: stated.compromised_at }));
+        problem = problem || "the key " + entry.kid + " is listed otherwise than its newest statement says";
+      } else {
+        problem = problem || "no statement vouches for the key " + entry.kid + " as listed";
+      }
+    });
+    return { keys: listed, problem: problem };
+  }
+
   function show(name, result, detail) {
     var item = document.createElement("li");
     item.className = "check-" + result;
@@ -204,6 +313,11 @@
       }
       var answer = await (await fetch(panel.dataset.verifyUrl, { credentials: "omit" })).json();
       var keys = await (await fetch(panel.dataset.keysUrl, { credentials: "omit" })).json();
+      var vouched = await vouchedKeys(keys);
+      if (vouched.problem) {
+        show(gettext("keys' history"), "fail", fmt(gettext("The keys' history does not check out (%(problem)s): only the keys it vouches for are believed."), { problem: vouched.problem }));
+      }
+      keys = { keys: vouched.keys, log: keys.log };
       var bytes = b64decode(answer.canonical_bytes);
       var digest = hex(await sha256(bytes));
       // The bytes must be this receipt's: another receipt's genuine bytes, signature and proof

@@ -450,7 +450,10 @@ def compromised(site: dict[str, Any]) -> Iterator[dict[str, Any]]:
         fresh = live.tmp / "rotated-key.pem"
         fresh.write_bytes(keys.generate_private_key_pem())
         fresh.chmod(0o600)
-        live.base_env["SIGNING_KEY_FILE"] = str(fresh)  # for manage.py and the restarted site
+        # For manage.py and the restarted site; the old key signs over to the new one in the
+        # keys' history (README, "Rotating the signing key").
+        live.base_env["PREVIOUS_SIGNING_KEY_FILE"] = live.base_env["SIGNING_KEY_FILE"]
+        live.base_env["SIGNING_KEY_FILE"] = str(fresh)
         live.stop()
         live._serve()
         after = publish(live, idempotency_key="after")
@@ -526,6 +529,36 @@ def test_a_receipt_signed_by_a_compromised_key_fails_in_the_browser(
     assert results == {"hash": "PASS", "signature": "FAIL", "log inclusion": "PASS",
                        "checkpoint signature": "PASS"}
     assert "compromised" in page.locator("#browser-results li").nth(1).inner_text()
+    watched_compromised.assert_clean(compromised["live"].url)
+
+
+def test_a_keys_document_that_revives_the_compromised_key_is_not_believed(
+    watched_compromised: Watched, compromised: dict[str, Any]
+) -> None:
+    """The keys document as whoever changed the key's row behind the site's back would have it
+    served: the leaked key `active` again. Its history says otherwise, and the page believes
+    the history (docs/verification.md, "The keys' history")."""
+    page = watched_compromised.page
+
+    def revived(route: Route) -> None:
+        response = route.fetch()
+        document = response.json()
+        leaked = document["keys"][0]
+        leaked.update(status="active", retired_at=None)
+        leaked.pop("compromised_at")
+        route.fulfill(response=response, json=document)
+
+    page.route("**/.well-known/receipt-keys.json", revived)
+    page.goto(f"/run/{compromised['before']['id']}")
+    page.get_by_role("button", name="Verify in this browser").click()
+    page.locator("#browser-results li").nth(4).wait_for(timeout=15_000)
+    items = page.locator("#browser-results li")
+    results = {item.locator("strong").inner_text(): item.locator(".result").inner_text()
+               for item in items.all()}
+    assert results == {"keys' history": "FAIL", "hash": "PASS", "signature": "FAIL",
+                       "log inclusion": "PASS", "checkpoint signature": "PASS"}
+    assert "listed otherwise than its newest statement says" in items.nth(0).inner_text()
+    assert "compromised" in items.nth(2).inner_text()
     watched_compromised.assert_clean(compromised["live"].url)
 
 

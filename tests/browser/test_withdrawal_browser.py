@@ -80,6 +80,9 @@ def test_the_withdrawn_page_is_plain_and_accessible(
     stamp = withdrawn_site["answer"]["withdrawn_at"]
     assert page.locator("main time").get_attribute("datetime") == stamp
     assert "website_audit" not in text  # the erased content is nowhere on the page
+    # The withdrawal's signed statement, by its hash, as the verification answer carries it.
+    stated = live.get(f"/api/receipt/{withdrawn_site['id']}/verify").json()["statement"]
+    assert page.locator("main code.statement-hash").inner_text() == stated["hash"]
     assert axe_violations(page) == []
     # The browser reports the page's own 410 as a failed load; nothing else may fail.
     errors = [e for e in watched.errors if "status of 410" not in e]

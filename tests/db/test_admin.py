@@ -189,18 +189,19 @@ def test_a_tenants_slug_cannot_be_changed_so_its_receipts_keep_verifying(
 
 
 def add_decision(client: Client, target: Receipt, **fields: Any) -> Any:
-    data = {"receipt": target.pk, "conclusion": "accepted", "exception_note": "",
-            "follow_up": "", "supersedes": "", "_save": "Save", **fields}
+    data = {"receipt": target.pk, "output_hash": target.output_hash, "conclusion": "accepted",
+            "exception_note": "", "follow_up": "", "supersedes": "", "_save": "Save", **fields}
     return client.post(f"{DECISIONS}add/", data)
 
 
-def test_the_add_form_opens_without_reviewer_or_hash_fields(
+def test_the_add_form_opens_without_a_reviewer_field_and_asks_for_the_hash_reviewed(
     admin_client: Client, receipts: list[Receipt]
 ) -> None:
     response = admin_client.get(f"{DECISIONS}add/")
     assert response.status_code == 200
     fields = set(response.context["adminform"].form.fields)
-    assert fields == {"receipt", "conclusion", "exception_note", "follow_up", "supersedes"}
+    assert fields == {"receipt", "output_hash", "conclusion", "exception_note", "follow_up",
+                      "supersedes"}
 
 
 def test_adding_a_decision_binds_the_reviewer_and_the_receipts_hash(
@@ -209,8 +210,7 @@ def test_adding_a_decision_binds_the_reviewer_and_the_receipts_hash(
     receipt = receipts[2]
     response = add_decision(
         admin_client, receipt, conclusion="needs_follow_up", follow_up="Call the client.",
-        exception_note="", reviewer=other_user.pk, output_hash="0" * 64,
-        reviewed_at="2000-01-01 00:00:00",
+        exception_note="", reviewer=other_user.pk, reviewed_at="2000-01-01 00:00:00",
     )
     assert response.status_code == 302, response.content[:2000]
     decision = ReviewDecision.objects.get()

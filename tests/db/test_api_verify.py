@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from django.test import Client
 
 from receiptsite.receipts.models import Receipt
-from tests.conftest import Producer, row_security_statements, tamper
+from tests.conftest import Producer, mark_compromised, row_security_statements, tamper
 
 pytestmark = pytest.mark.db
 
@@ -143,10 +143,8 @@ def test_bytes_that_are_not_canonical_fail_canonical_form(
 
 
 def test_a_compromised_key_makes_its_signatures_fail(producer: Producer, client: Client) -> None:
-    from receiptsite.receipts.models import SigningKey
-
     answer = producer.publish()
-    SigningKey.objects.update(status=SigningKey.COMPROMISED)
+    mark_compromised()
     body = verify(client, answer["id"])
     assert checks(body)["signature"] == "fail"
     assert body["status"] == "invalid"

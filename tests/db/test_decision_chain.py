@@ -28,14 +28,13 @@ from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 from django.db import Error, connection, transaction
 from django.test import Client
-from django.utils import timezone
 
 from receiptsite.integrity import keys
 from receiptsite.integrity.canonical import canonical_bytes, is_canonical
 from receiptsite.ledger import keyring
 from receiptsite.receipts.models import DecisionLink, Receipt, ReviewDecision, SigningKey
 from receiptsite.review.services import decision_record
-from tests.conftest import Producer
+from tests.conftest import Producer, mark_compromised
 
 pytestmark = pytest.mark.db
 
@@ -282,7 +281,8 @@ def test_the_database_refuses_to_change_or_remove_a_link(three: list[ReviewDecis
         "DELETE FROM receipts_decisionlink",
     ]
     if connection.vendor == "postgresql":
-        statements.append("TRUNCATE receipts_decisionlink")
+        # CASCADE: the vouches' foreign key (0017) would refuse a plain one first.
+        statements.append("TRUNCATE receipts_decisionlink CASCADE")
     else:
         statements += [
             "INSERT OR REPLACE INTO receipts_decisionlink SELECT * FROM receipts_decisionlink "
@@ -344,9 +344,7 @@ def test_decisions_by_a_key_compromised_later_verify_once_a_good_key_vouches(
     three: list[ReviewDecision], receipt: Receipt, auditor: User, settings: Any
 ) -> None:
     old = SigningKey.objects.get(status=SigningKey.ACTIVE)
-    SigningKey.objects.filter(pk=old.pk).update(
-        status=SigningKey.COMPROMISED, compromised_at=timezone.now()
-    )
+    mark_compromised(old.kid)
     check_fails(
         naming=f"decision {three[0].pk} (position 0) was signed by the key {old.kid}, "
         "since compromised, and no later decision"
@@ -362,9 +360,7 @@ def test_a_decision_signed_after_its_key_was_compromised_fails(
 ) -> None:
     old = SigningKey.objects.get(status=SigningKey.ACTIVE)
     chained = DecisionLink.objects.get(decision=three[1]).chained_at
-    SigningKey.objects.filter(pk=old.pk).update(
-        status=SigningKey.COMPROMISED, compromised_at=chained - timedelta(microseconds=1)
-    )
+    mark_compromised(old.kid, at=chained - timedelta(microseconds=1))
     message = check_fails(
         naming=f"decision {three[0].pk} (position 0) was signed by the key "
         f"{old.kid}, since compromised, and no later decision"

@@ -25,7 +25,13 @@ from receiptsite.ledger import keyring, log
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import ApiKey, Receipt, SignedCheckpoint, SigningKey
 from receiptsite.receipts.services import receipt_ingest
-from tests.conftest import Producer, assert_problem, command_line, example_body
+from tests.conftest import (
+    Producer,
+    assert_problem,
+    command_line,
+    example_body,
+    mark_compromised,
+)
 
 pytestmark = pytest.mark.db
 
@@ -418,7 +424,7 @@ def test_healthz_is_503_when_the_configured_key_is_marked_compromised(
     producer: Producer, client: Client
 ) -> None:
     producer.publish(idempotency_key="a")
-    SigningKey.objects.update(status=SigningKey.COMPROMISED)  # by another process, say
+    mark_compromised()  # by another process, say
     keyring.forget()  # this process starts after that
     body = assert_problem(client.get("/healthz"), 503, "cannot-sign")
     assert "compromised" in body["detail"]

@@ -34,7 +34,9 @@ PUBLIC = {
     "page": (4, 6),
     # the receipt, and the follow-up note
     "handoff": (2, 4),
-    "keys": (2, 2),
+    # the log's head, the keys, and the keys' history (its statements: one table more, one
+    # query, however long the history)
+    "keys": (3, 3),
     "checkpoint": (1, 1),
     "consistency": (2, 2),
     # the latest signed checkpoint, and whether the active key is marked compromised

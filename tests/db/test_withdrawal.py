@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
+import io
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management import call_command
-from django.db import Error, connection, transaction
+from django.core.management.base import CommandError
+from django.db import Error, IntegrityError, connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from receiptsite.integrity import merkle
+from receiptsite.integrity import keys, merkle
+from receiptsite.integrity.canonical import canonical_bytes
+from receiptsite.ledger import keyring
 from receiptsite.receipts.models import (
     Checkpoint,
     LogEntry,
@@ -28,14 +36,19 @@ from receiptsite.receipts.models import (
     Receipt,
     SignedCheckpoint,
     Withdrawal,
+    WithdrawalStatement,
 )
 from receiptsite.withdrawal import withdrawals as service
-from tests.conftest import SITE, Producer, assert_problem, example_body
+from tests.conftest import SITE, Producer, assert_problem, example_body, lift_guard
 from tests.db import test_immutability as immutability
 from tests.db.test_immutability import STATEMENTS, snapshot
 from tests.db.test_query_counts import PUBLIC, pinned, public_requests, queries_of
 from tests.db.test_reads_never_write import WRITES
 from tests.livesite import is_postgres, suite_database_url
+
+migration_0015 = importlib.import_module(
+    "receiptsite.receipts.migrations.0015_withdrawal_ties_and_statements"
+)
 
 pytestmark = pytest.mark.db
 
@@ -396,7 +409,18 @@ def test_the_verification_answers_410_with_the_kept_leaf_and_a_proof_that_verifi
     assert response["Access-Control-Allow-Origin"] == "*"
     assert response["Cache-Control"] == "no-store"
     body = response.json()
-    assert list(body) == ["receipt_id", "status", "withdrawn_at", "reason", "leaf_hash", "log"]
+    assert list(body) == [
+        "receipt_id",
+        "status",
+        "withdrawn_at",
+        "reason",
+        "leaf_hash",
+        "log",
+        "output_hash",
+        "signature",
+        "checks",
+        "statement",
+    ]
     assert body["receipt_id"] == answer["id"] and body["status"] == "withdrawn"
     assert body["withdrawn_at"] == withdrawn_at and body["reason"] == "personal_data"
     assert base64.b64decode(body["leaf_hash"]) == leaf
@@ -654,3 +678,272 @@ def test_the_trigger_names_every_column_of_the_receipt(db: None) -> None:
 
 
 
+
+
+# --- withdrawals are evidence too ---------------------------------------------------------------
+
+
+def test_the_410_answer_carries_what_a_copy_of_the_bytes_is_checked_against(
+    producer: Producer, client: Client
+) -> None:
+    answer = producer.publish()
+    before = client.get(f"/api/receipt/{answer['id']}/verify").json()
+    withdraw(producer, answer["id"])
+    body = client.get(f"/api/receipt/{answer['id']}/verify").json()
+    copy = base64.b64decode(before["canonical_bytes"])
+    assert body["output_hash"] == before["output_hash"] == hashlib.sha256(copy).hexdigest()
+    assert body["signature"] == before["signature"]
+    stored = Receipt.objects.select_related("signing_key").get(public_id=answer["id"])
+    assert keys.verify_signature(
+        bytes(stored.signing_key.public_key), copy, base64.b64decode(body["signature"]["value"])
+    )
+    assert [(c["name"], c["result"]) for c in body["checks"]] == [("log_inclusion", "pass")]
+
+
+def test_the_log_inclusion_check_is_recomputed_and_fails_for_a_changed_leaf(
+    producer: Producer, client: Client
+) -> None:
+    answer = producer.publish()
+    withdraw(producer, answer["id"])
+    stored = Receipt.objects.get(public_id=answer["id"])
+    lift_guard("receipts_lognode")
+    LogNode.objects.filter(key=stored.log_entry.index).update(hash=b"\x01" * 32)
+    body = client.get(f"/api/receipt/{answer['id']}/verify").json()
+    assert [(c["name"], c["result"]) for c in body["checks"]] == [("log_inclusion", "fail")]
+
+
+def test_the_withdrawal_is_a_signed_statement_chained_to_the_one_before(
+    producer: Producer, client: Client
+) -> None:
+    first, second = producer.publish(), producer.publish(idempotency_key="k/2")
+    leaf = leaf_of(Receipt.objects.get(public_id=second["id"]))
+    withdraw(producer, first["id"])
+    made = withdraw(producer, second["id"], {"reason": "secret", "note": ""}).json()
+    body = client.get(f"/api/receipt/{second['id']}/verify").json()
+    statement = body["statement"]
+    data = base64.b64decode(statement["canonical_bytes"])
+    assert hashlib.sha256(data).hexdigest() == statement["hash"]
+    assert data == canonical_bytes(json.loads(data))  # RFC 8785
+    key = Receipt.objects.select_related("signing_key").get(public_id=second["id"]).signing_key
+    assert statement["signature"]["key_id"] == key.kid
+    assert keys.verify_signature(
+        bytes(key.public_key), data, base64.b64decode(statement["signature"]["value"])
+    )
+    earlier = WithdrawalStatement.objects.get(position=0)
+    assert json.loads(data) == {
+        "format": "withdrawal/v1",
+        "receipt_id": second["id"],
+        "withdrawn_at": made["withdrawn_at"],
+        "withdrawn_by": "publisher",
+        "reason": "secret",
+        "output_hash": second["output_hash"],
+        "leaf_hash": base64.b64encode(leaf).decode(),
+        "position": 1,
+        "previous_hash": earlier.statement_hash,
+        "stated_at": json.loads(data)["stated_at"],
+        "stated_by": "site",
+    }
+    assert json.loads(bytes(earlier.canonical_bytes))["previous_hash"] == "0" * 64
+    page = client.get(f"/run/{second['id']}").content.decode()
+    assert statement["hash"] in page and "signed by this site" in page
+
+
+def test_an_auditors_withdrawal_is_stated_as_an_auditors(
+    producer: Producer, auditor: User
+) -> None:
+    stored = Receipt.objects.get(public_id=producer.publish()["id"])
+    desk = Client()
+    desk.force_login(auditor)
+    done = desk.post(
+        "/admin/receipts/receipt/",
+        {
+            "action": "withdraw_receipts",
+            "_selected_action": [str(stored.pk)],
+            "confirm": "yes",
+            "reason": "legal",
+            "note": "",
+        },
+    )
+    assert done.status_code == 302
+    signed = json.loads(bytes(WithdrawalStatement.objects.get().canonical_bytes))
+    assert (signed["withdrawn_by"], signed["reason"]) == ("auditor", "legal")
+
+
+def test_without_a_usable_key_nothing_is_withdrawn(producer: Producer, settings: Any) -> None:
+    answer = producer.publish()
+    keyring.forget()
+    settings.SIGNING_KEY = None
+    try:
+        response = withdraw(producer, answer["id"])
+    finally:
+        keyring.forget()
+    assert response.status_code == 503
+    assert not Withdrawal.objects.exists() and not WithdrawalStatement.objects.exists()
+    assert not service.is_erased(Receipt.objects.get(public_id=answer["id"]))
+
+
+def check_withdrawals() -> str:
+    out = io.StringIO()
+    call_command("checkwithdrawals", stdout=out)
+    return out.getvalue()
+
+
+def test_checkwithdrawals_passes_a_sound_chain_and_names_a_changed_withdrawal(
+    producer: Producer,
+) -> None:
+    assert "there is no withdrawal yet" in check_withdrawals()
+    ids = [producer.publish(idempotency_key=f"k/{i}")["id"] for i in range(3)]
+    for receipt_id in ids:
+        withdraw(producer, receipt_id)
+    sound = check_withdrawals()
+    assert "check out: 3 withdrawals" in sound
+    head = sound.split("statement hash ")[1].split()[0]
+    call_command("checkwithdrawals", "--head", head, stdout=io.StringIO())
+    changed = Withdrawal.objects.get(receipt_public_id=ids[1])
+    lift_guard("receipts_withdrawal")
+    Withdrawal.objects.filter(pk=changed.pk).update(reason="other")
+    with pytest.raises(CommandError, match=rf"withdrawal {changed.pk} \(position 1\) was changed"):
+        call_command("checkwithdrawals")
+
+
+def test_checkwithdrawals_finds_a_removed_statement_and_a_rewritten_one(
+    producer: Producer,
+) -> None:
+    ids = [producer.publish(idempotency_key=f"k/{i}")["id"] for i in range(3)]
+    for receipt_id in ids:
+        withdraw(producer, receipt_id)
+    head = WithdrawalStatement.objects.get(position=2).statement_hash
+    lift_guard("receipts_withdrawalstatement")
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("DROP TRIGGER receipts_withdrawalstatement_no_delete")
+    middle = WithdrawalStatement.objects.get(position=1)
+    WithdrawalStatement.objects.filter(pk=middle.pk).delete()
+    with pytest.raises(CommandError) as failed:
+        call_command("checkwithdrawals")
+    assert f"withdrawal {middle.withdrawal_id} has no statement" in str(failed.value)
+    assert "(position 2) does not follow the statement before it" in str(failed.value)
+    WithdrawalStatement.objects.filter(position=2).delete()  # cut off the end
+    with pytest.raises(CommandError, match="no statement with the hash"):
+        call_command("checkwithdrawals", "--head", head)
+
+
+def test_checkwithdrawals_finds_a_statement_whose_bytes_were_rewritten(
+    producer: Producer,
+) -> None:
+    withdraw(producer, producer.publish()["id"])
+    link = WithdrawalStatement.objects.get()
+    lift_guard("receipts_withdrawalstatement")
+    WithdrawalStatement.objects.filter(pk=link.pk).update(
+        canonical_bytes=bytes(link.canonical_bytes).replace(b"personal_data", b"other")
+    )
+    with pytest.raises(CommandError, match="hash or signature does not verify"):
+        call_command("checkwithdrawals")
+
+
+@pytest.mark.parametrize("statement", STATEMENTS)
+def test_the_database_refuses_every_change_of_a_statement(
+    producer: Producer, statement: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vendors, make, match = STATEMENTS[statement]
+    if connection.vendor not in vendors:
+        pytest.skip(f"{statement} is not {connection.vendor}'s")
+    withdraw(producer, producer.publish()["id"])
+    table = "receipts_withdrawalstatement"
+    before = snapshot(table)
+    monkeypatch.setitem(immutability.CHANGE, table, ("stated_by", "'migration'"))
+    if statement == "truncate":
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # as test_immutability does
+    with pytest.raises(Error, match=match), transaction.atomic(), connection.cursor() as c:
+        c.execute(make(table))
+    assert snapshot(table) == before
+
+
+def test_the_statements_replace_trigger_knows_every_unique_key(db: None) -> None:
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(
+            cursor, "receipts_withdrawalstatement"
+        )
+    keys = {
+        frozenset(c["columns"]) for c in constraints.values() if c["unique"] or c["primary_key"]
+    }
+    assert keys == {frozenset(k) for k in migration_0015.UNIQUE_KEYS}
+
+
+def raw_withdrawal(receipt: Receipt, *, tenant_id: int, public_id: Any) -> None:
+    """INSERT a publisher's withdrawal row by hand, as no site code writes one."""
+    field = Withdrawal._meta.get_field("receipt_public_id")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO receipts_withdrawal (receipt_id, receipt_public_id, tenant_id, "
+            "withdrawn_at, reason, note, withdrawn_by, api_key_id) "
+            "VALUES (%s, %s, %s, %s, 'other', '', 'publisher', %s)",
+            [
+                receipt.pk,
+                field.get_db_prep_value(public_id, connection),
+                tenant_id,
+                connection.ops.adapt_datetimefield_value(timezone.now()),
+                receipt.api_key_id,
+            ],
+        )
+
+
+def test_the_database_ties_a_withdrawal_to_its_receipts_tenant_and_public_id(
+    producer: Producer, other_producer: Producer
+) -> None:
+    ours = Receipt.objects.get(public_id=producer.publish()["id"])
+    theirs = Receipt.objects.get(public_id=other_producer.publish()["id"])
+    also_ours = Receipt.objects.get(public_id=producer.publish(idempotency_key="k/2")["id"])
+    for tenant_id, public_id in (
+        (theirs.tenant_id, ours.public_id),  # another tenant's
+        (ours.tenant_id, also_ours.public_id),  # another receipt's public id
+        (ours.tenant_id, theirs.public_id),
+    ):
+        with pytest.raises(IntegrityError, match="tenant and public id"), transaction.atomic():
+            raw_withdrawal(ours, tenant_id=tenant_id, public_id=public_id)
+    assert not Withdrawal.objects.exists()
+    raw_withdrawal(ours, tenant_id=ours.tenant_id, public_id=ours.public_id)  # its own: accepted
+    assert Withdrawal.objects.get().receipt_id == ours.pk
+
+
+def test_a_withdrawal_request_leaves_the_scrubbing_to_the_command(
+    producer: Producer, django_capture_on_commit_callbacks: Any
+) -> None:
+    answer = producer.publish()
+    with (
+        django_capture_on_commit_callbacks() as callbacks,
+        CaptureQueriesContext(connection) as queries,
+    ):
+        assert withdraw(producer, answer["id"]).status_code == 201
+    assert callbacks == []
+    sql = " ".join(q["sql"] for q in queries).upper()
+    assert "VACUUM" not in sql and "WAL_CHECKPOINT" not in sql
+
+
+def test_the_migration_states_the_withdrawals_made_before_statements(
+    producer: Producer, settings: Any
+) -> None:
+    # Withdrawal rows as an older release wrote them: no statement (raw, as no code writes one).
+    stored = [
+        Receipt.objects.get(public_id=producer.publish(idempotency_key=f"old/{i}")["id"])
+        for i in range(2)
+    ]
+    for receipt in stored:
+        raw_withdrawal(receipt, tenant_id=receipt.tenant_id, public_id=receipt.public_id)
+    with pytest.raises(CommandError, match="has no statement"):
+        call_command("checkwithdrawals")
+    signing_key = settings.SIGNING_KEY
+    settings.SIGNING_KEY = None
+    with pytest.raises(RuntimeError, match="set SIGNING_KEY_FILE"):
+        migration_0015.state_existing(apps, SimpleNamespace(connection=connection))
+    settings.SIGNING_KEY = signing_key
+    migration_0015.state_existing(apps, SimpleNamespace(connection=connection))
+    out = check_withdrawals()
+    assert "check out: 2 withdrawals" in out and "2 of them predate the statements" in out
+    first = json.loads(bytes(WithdrawalStatement.objects.get(position=0).canonical_bytes))
+    assert (first["receipt_id"], first["stated_by"]) == (str(stored[0].public_id), "migration")
+    assert first["leaf_hash"] == base64.b64encode(leaf_of(stored[0])).decode()
+    # The site's own next withdrawal follows them in the chain.
+    withdraw(producer, producer.publish(idempotency_key="new/1")["id"])
+    assert "check out: 3 withdrawals" in check_withdrawals()

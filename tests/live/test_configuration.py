@@ -78,6 +78,8 @@ BAD = [
     ("SIGNING_KEY_FILE", "{folder}/ec-key.pem", "not an Ed25519 private key"),
     ("SIGNING_KEY_FILE", "{folder}/garbage.pem", "not an Ed25519 private key"),
     ("SIGNING_KEY_FILE", "", "must be set when DEBUG is off"),
+    ("PREVIOUS_SIGNING_KEY_FILE", "{folder}/missing.pem", "does not exist"),
+    ("PREVIOUS_SIGNING_KEY_FILE", "{folder}/garbage.pem", "not an Ed25519 private key"),
     ("DATABASE_URL", "mysql://user@db.internal/receipts", "not mysql:"),
     ("DATABASE_URL", "receipts.sqlite3", "must be sqlite:///"),
     ("DATABASE_TIMEOUT", "soon", "whole number"),

@@ -172,6 +172,7 @@ def test_the_record_end_to_end_through_a_live_server() -> None:
             "/admin/receipts/reviewdecision/add/",
             {
                 "receipt": _receipt_pk(site, receipt),
+                "output_hash": site.get(f"/api/receipt/{receipt}/verify").json()["output_hash"],
                 "conclusion": "needs_follow_up",
                 "follow_up": "Call the client",
                 "exception_note": "",
@@ -363,6 +364,91 @@ def test_two_auditors_saving_at_once_do_not_fork_the_record_on_postgresql() -> N
         )
         assert [int(r["position"]) for r in rows] == [0, 1, 2]
         verify_rows(rows, site.get("/.well-known/receipt-keys.json").json())
+        assert checkdecisions(site).returncode == 0
+
+
+@pytest.mark.live
+def test_two_auditors_correcting_one_decision_at_once_get_a_form_error_on_postgresql() -> None:
+    """Two auditors correct the same decision at once, in the admin and on the page: a session
+    of the test holds the record's lock, so both have read that the decision is still open
+    before either may store. One correction is stored; the other auditor gets a form error
+    (the admin: 200 with the form, the page: 422), never a 500."""
+    if not is_postgres(suite_database_url()):
+        pytest.skip("SQLite has one writer at a time (BEGIN IMMEDIATE): saves cannot race")
+    import psycopg
+
+    from receiptsite.review.chain import CHAIN_LOCK
+
+    with LiveSite(workers=3) as site:
+        site.manage(
+            "shell",
+            "-c",
+            (
+                "from django.contrib.auth.models import Group, User; "
+                "u = User.objects.create_user('ada', password='pw-for-tests-only', is_staff=True); "
+                "u.groups.add(Group.objects.get(name='Auditors'))"
+            ),
+        )
+        receipt = site.post("/api/receipts", example_body()).json()["id"]
+        output_hash = site.get(f"/api/receipt/{receipt}/verify").json()["output_hash"]
+        desks = [Desk(site, "ada", "pw-for-tests-only") for _ in range(2)]
+        first = desks[0].get(f"/run/{receipt}")
+        for n in range(2):  # two decisions to correct: one in the admin, one on the page
+            status, _ = desks[0].post(
+                f"/run/{receipt}/decisions",
+                {"conclusion": "accepted", "follow_up": f"first {n}", "output_hash": output_hash},
+                page=first,
+            )
+            assert status == 302
+        ids = sorted(int(row["decision_id"]) for row in desks[0].csv())
+        receipt_pk = _receipt_pk(site, receipt)
+
+        def race(path: str, fields: dict[str, str], pages: list[str]) -> list[tuple[int, str]]:
+            answers: list[tuple[int, str]] = []
+
+            def save(n: int) -> None:
+                answers.append(desks[n].post(path, {**fields, "follow_up": f"by {n}"},
+                                             page=pages[n]))
+
+            with psycopg.connect(site.database_url) as holder:
+                holder.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK])
+                threads = [threading.Thread(target=save, args=(n,)) for n in range(2)]
+                for thread in threads:
+                    thread.start()
+                with psycopg.connect(site.database_url, autocommit=True) as watcher:
+                    for _ in range(300):
+                        (waiting,) = watcher.execute(  # type: ignore[misc]
+                            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                            "AND NOT granted",
+                        ).fetchone()
+                        if waiting == 2:
+                            break
+                        threading.Event().wait(0.05)
+                    assert waiting == 2, "the saves did not both start"
+                holder.rollback()  # release: the saves go on
+            for thread in threads:
+                thread.join()
+            return sorted(answers)
+
+        add = "/admin/receipts/reviewdecision/add/"
+        answers = race(
+            add,
+            {"receipt": receipt_pk, "output_hash": output_hash, "conclusion": "rejected",
+             "exception_note": "", "supersedes": str(ids[0])},
+            [desk.get(add) for desk in desks],
+        )
+        assert [status for status, _ in answers] == [200, 302], answers[0][1][:3000]
+        assert "corrected meanwhile" in answers[0][1]
+        answers = race(
+            f"/run/{receipt}/decisions",
+            {"conclusion": "rejected", "supersedes": str(ids[1]), "output_hash": output_hash},
+            [desk.get(f"/run/{receipt}") for desk in desks],
+        )
+        assert [status for status, _ in answers] == [302, 422], answers[1][1][:3000]
+        assert "corrected meanwhile" in answers[1][1]
+        rows = desks[0].csv()
+        assert len(rows) == 4
+        assert sorted(row["supersedes"] for row in rows) == ["", "", str(ids[0]), str(ids[1])]
         assert checkdecisions(site).returncode == 0
 
 

@@ -11,7 +11,9 @@ receipt-verify. (The browser verifier's side is in tests/test_browser.py.)
 
 from __future__ import annotations
 
+import json
 import re
+from base64 import b64decode
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from receiptsite_client import verify as client
 
 from receiptsite.integrity import keys, note
 from receiptsite.integrity.encoding import b64url_decode
+from receiptsite.ledger import key_chain
 from tests.conftest import EXAMPLE_BODY
 from tests.db.test_key_compromise import stamp, tick
 from tests.livesite import LiveSite
@@ -108,6 +111,23 @@ def test_the_keys_document_shows_the_key_compromised_with_its_time(
     assert path.stat().st_mode & 0o077 == 0
     private = keys.load_private_key_pem(path.read_bytes())
     assert keys.jwk_thumbprint(keys.public_raw(private)) == new["kid"]
+
+
+def test_the_keys_history_states_the_new_key_and_the_compromise_signed_by_the_new_key(
+    compromised: dict[str, Any],
+) -> None:
+    document = keys_document(compromised["live"])
+    old, new = (key["kid"] for key in document["keys"])
+    made = [json.loads(b64decode(item["statement"])) for item in document["history"]]
+    assert [(s["kid"], s["status"], s["signed_by"]) for s in made] == [
+        (old, "active", [old]),
+        (new, "active", [new]),
+        (old, "compromised", [new]),
+    ]
+    assert made[2]["compromised_at"] == compromised["leaked_at"]
+    chain = key_chain.check(document["history"], anchor=old)
+    assert chain.problems == []
+    assert key_chain.disagreements(chain, document["keys"]) == []
 
 
 def test_with_a_new_key_file_the_site_stores_nothing_until_restarted_with_it(

@@ -374,10 +374,54 @@ def test_a_withdrawn_receipt_is_no_evidence_but_its_place_in_the_log_still_check
         "log_inclusion": "pass",
         "checkpoint": "pass",
         "checkpoint_signature": "pass",
+        "withdrawal_statement": "fail",  # an answer without the withdrawal's statement
     }
     withdrawn["leaf_hash"] = base64.b64encode(bytes(32)).decode()
     check = verify_verification(withdrawn, load("keys.json"), None).check("log_inclusion")
     assert check is not None and check.result == "fail"
+
+
+def test_a_withdrawals_signed_statement_is_checked_against_the_answer() -> None:
+    """The 410 answer carries the withdrawal as a statement signed by the site's key."""
+    import hashlib
+
+    from receiptsite_client.verify.jcs import jcs
+
+    site = Ed25519PrivateKey.generate()
+    x = base64.urlsafe_b64encode(_raw_public(site)).rstrip(b"=").decode()
+    kid = jwk_thumbprint(_raw_public(site))
+    answer: dict[str, Any] = {
+        "receipt_id": "3f0c6a52-6f6e-4b39-9a55-0d4b1a2c9e01",
+        "status": "withdrawn",
+        "withdrawn_at": "2026-12-01T10:00:00.000000Z",
+        "reason": "personal_data",
+        "leaf_hash": base64.b64encode(bytes(range(32))).decode(),
+        "log": None,
+        "output_hash": "ab" * 32,
+    }
+
+    def stated(**changes: Any) -> dict[str, Any]:
+        doc = {"format": "withdrawal/v1", "withdrawn_by": "publisher", "position": 0,
+               "previous_hash": "0" * 64, "stated_by": "site",
+               **{k: answer[k] for k in ("receipt_id", "withdrawn_at", "reason", "leaf_hash",
+                                         "output_hash")}, **changes}
+        data = jcs(doc).encode()
+        return {"canonical_bytes": base64.b64encode(data).decode(),
+                "hash": hashlib.sha256(data).hexdigest(),
+                "signature": {"algorithm": "Ed25519", "key_id": kid,
+                              "value": base64.b64encode(site.sign(data)).decode()}}
+
+    def check(statement: dict[str, Any]) -> Any:
+        found = verify_verification({**answer, "statement": statement}, None, x)
+        return found.check("withdrawal_statement")
+
+    assert check(stated()).result == "pass"
+    assert check(stated(reason="other")).result == "fail"  # says another withdrawal
+    forged = stated()
+    forged["signature"]["value"] = base64.b64encode(bytes(64)).decode()
+    assert check(forged).result == "fail"
+    rehashed = {**stated(), "hash": "00" * 32}
+    assert check(rehashed).result == "fail"
 
 
 # --- key compromise (README, "Key compromise") -------------------------------------------

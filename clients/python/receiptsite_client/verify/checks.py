@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from typing import Any
 
 from receiptsite_client.verify.encoding import b64decode
@@ -231,7 +232,7 @@ def verify_verification(
         result.notes.extend(f"Ignored: {p}." for p in listed_keys(keys)[1])
 
     if verification.get("status") == "withdrawn":
-        return _verify_withdrawn(verification, keys, trusted, result)
+        return _verify_withdrawn(verification, keys, trusted, result, pinned_x is not None)
 
     # canonical_form
     data: bytes | None
@@ -334,8 +335,10 @@ def _verify_withdrawn(
     keys: dict[str, Any] | None,
     trusted: list[TrustedKey] | None,
     result: Result,
+    pinned: bool,
 ) -> Result:
-    """A withdrawn receipt: its content is erased; only its place in the log can be shown."""
+    """A withdrawn receipt: its content is erased; its place in the log can be shown, and the
+    withdrawal's own signed statement checked."""
     result.checks.append(
         Check(
             "withdrawn",
@@ -355,4 +358,43 @@ def _verify_withdrawn(
     log = verification.get("log")
     if isinstance(log, dict):
         result.checks.extend(check_checkpoint(log.get("checkpoint"), log, keys, trusted))
+    result.checks.append(_check_statement(verification, trusted, pinned))
     return result
+
+
+# What a withdrawal's statement (withdrawal/v1) must say as the 410 answer does.
+_STATED = ("receipt_id", "withdrawn_at", "reason", "leaf_hash")
+
+
+def _check_statement(
+    verification: dict[str, Any], trusted: list[TrustedKey] | None, pinned: bool
+) -> Check:
+    """The withdrawal's signed statement: its bytes have its hash, the site's key signed them,
+    and it states the withdrawal the answer describes."""
+    name = "withdrawal_statement"
+    statement = verification.get("statement")
+    if not isinstance(statement, dict):
+        return Check(name, FAIL, "The answer carries no signed statement of the withdrawal.")
+    try:
+        data = b64decode(statement.get("canonical_bytes"))
+        stated = json.loads(data)
+    except ValueError as error:
+        return Check(name, FAIL, f"The statement's bytes are not JSON in base64 ({error}).")
+    if not isinstance(stated, dict) or hashlib.sha256(data).hexdigest() != statement.get("hash"):
+        return Check(name, FAIL, "The statement's bytes do not have the statement's hash.")
+    signed = _check_signature(data, statement, trusted, pinned)
+    if signed.result != PASS:
+        return Check(name, signed.result, f"The statement's signature: {signed.detail}")
+    differ = [key for key in _STATED if stated.get(key) != verification.get(key)]
+    if stated.get("output_hash") != verification.get("output_hash", stated.get("output_hash")):
+        differ.append("output_hash")
+    if differ:
+        return Check(
+            name, FAIL, f"The signed statement disagrees with the answer on {', '.join(differ)}."
+        )
+    return Check(
+        name,
+        PASS,
+        f"The withdrawal is stated and signed by the site ({signed.detail}), hash "
+        f"{statement.get('hash')}.",
+    )

@@ -1,6 +1,10 @@
 """The keys receipts are checked against: Ed25519 signatures, RFC 7638 thumbprints (a key's
 `kid`), a keys document's usable keys, and the policy that picks the trusted ones (a pinned key
-alone, else the document's; a key marked `compromised` never vouches for anything)."""
+and the keys its document's history hands over to from it, else the document's; a key marked
+`compromised` never vouches for anything). A document with a `history` (keychain.py) is
+believed only where the history vouches for it: a listed key that no valid chain of statements
+vouches for as listed is left out (or, when the history says it is compromised, taken as
+that)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from receiptsite_client.verify import keychain
 from receiptsite_client.verify.encoding import b64url, b64url_decode
 from receiptsite_client.verify.jcs import jcs
 
@@ -53,6 +58,9 @@ def listed_keys(keys: dict[str, Any] | None) -> tuple[list[TrustedKey], list[str
     entries = keys.get("keys") if isinstance(keys, dict) else None
     if not isinstance(entries, list):
         return found, ["the keys document has no list of keys"] if keys is not None else []
+    chain = history_of(keys)
+    if chain is not None:
+        problems.extend(chain.problems)
     for number, entry in enumerate(entries):
         if (
             not isinstance(entry, dict)
@@ -75,6 +83,14 @@ def listed_keys(keys: dict[str, Any] | None) -> tuple[list[TrustedKey], list[str
             continue
         status = entry.get("status")
         since = entry.get("compromised_at")
+        if chain is not None:
+            problem = keychain.vouched(chain, entry)
+            stated = chain.keys.get(kid)
+            if problem is not None:
+                problems.append(f"key {number}: {problem}")
+                if stated is None or stated["status"] != "compromised":
+                    continue
+                status, since = "compromised", stated["compromised_at"]  # stricter, never laxer
         found.append(
             TrustedKey(
                 raw,
@@ -84,6 +100,15 @@ def listed_keys(keys: dict[str, Any] | None) -> tuple[list[TrustedKey], list[str
             )
         )
     return found, problems
+
+
+def history_of(keys: dict[str, Any] | None) -> keychain.Chain | None:
+    """The keys document's history, checked; None for a document without one (an older
+    site's, or a saved one from before the history)."""
+    history = keys.get("history") if isinstance(keys, dict) else None
+    if history is None:
+        return None
+    return keychain.check(history if isinstance(history, list) else [None])
 
 
 def trusted_keys(keys: dict[str, Any] | None, pinned_x: str | None) -> list[TrustedKey]:
@@ -102,6 +127,12 @@ def trusted_keys(keys: dict[str, Any] | None, pinned_x: str | None) -> list[Trus
     marked = next((k for k in listed if k.kid == kid and k.status == "compromised"), None)
     if marked is not None:
         return [marked]
+    chain = history_of(keys)
+    if chain is not None and not chain.problems and kid in chain.order:
+        # Follow the history from the pinned key: it and every key stated after it, each
+        # handed over to by the keys before (keychain.py), as the history vouches for them.
+        after = set(chain.order[chain.order.index(kid):])
+        return [key for key in listed if key.kid in after]
     return [TrustedKey(raw, kid, "pinned")]
 
 

@@ -3,9 +3,10 @@ URL, a bundle URL, a saved verification JSON or bundle) and a KEY (a keys docume
 base64url Ed25519 `x`), read or fetched over HTTP(S); then the keys to trust are chosen and the
 verification or bundle checked (verify_target). Anything that cannot be had is CouldNotCheck.
 
-Whom to trust: a pinned KEY alone; else, for a URL, the key the site publishes (said to be not
-independent); a saved file checked without KEY cannot say who signed it, whatever keys it
-carries, so its signatures are not checked and the verdict is at best "could not check"."""
+Whom to trust: a pinned KEY, and the keys the keys document's history hands over to from it
+(keys.py); else, for a URL, the key the site publishes (said to be not independent); a saved
+file checked without KEY cannot say who signed it, whatever keys it carries, so its signatures
+are not checked and the verdict is at best "could not check"."""
 
 from __future__ import annotations
 
@@ -156,6 +157,20 @@ def load_key(key: str) -> tuple[dict[str, Any] | None, str | None]:
     return None, key.strip()
 
 
+def _site_keys(loaded: Target, timeout: float) -> dict[str, Any] | None:
+    """The keys document the verification names, or None when it names none or it cannot be
+    had (the pinned key alone is then trusted)."""
+    signature = loaded.verification.get("signature")
+    keys_url = signature.get("keys_url") if isinstance(signature, dict) else None
+    if not isinstance(keys_url, str):
+        return None
+    try:
+        fetched = fetch_json(keys_url, timeout)
+    except CouldNotCheck:
+        return None
+    return fetched if isinstance(fetched, dict) else None
+
+
 def verify_target(target: str, key: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Result:
     """What receipt-verify does: load TARGET and KEY, fetch what is missing, check."""
     try:
@@ -167,8 +182,13 @@ def verify_target(target: str, key: str | None = None, timeout: float = DEFAULT_
     notes: list[str] = []
     keys: dict[str, Any] | None
     if key is not None:
-        # The pinned key decides; a bundle's keys can still mark it compromised.
+        # The pinned key decides; a bundle's keys can still mark it compromised, and their
+        # history hand over from it to a later key (keychain.py).
         keys = pinned_keys if pinned_keys is not None else loaded.keys
+        if keys is None and not loaded.saved:
+            # A live site: its keys document, believed only as far as its history leads from
+            # the pinned key.
+            keys = _site_keys(loaded, timeout)
     elif loaded.saved:
         # Whoever made the file chose the keys inside it and the keys_url it names.
         keys = None

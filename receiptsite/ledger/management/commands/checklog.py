@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from receiptsite.integrity import keys, merkle, note
 from receiptsite.integrity.encoding import b64
-from receiptsite.ledger import log, signatures
+from receiptsite.ledger import key_history, log, signatures
 from receiptsite.receipts.models import (
     AppendedSignature,
     Checkpoint,
@@ -24,7 +24,8 @@ from receiptsite.receipts.models import (
 class Command(BaseCommand):
     help = (
         "Recompute the transparency log from the stored receipts and compare it with the "
-        "stored tree and the latest signed checkpoint; with --against, prove that an earlier "
+        "stored tree and the latest signed checkpoint, and check the keys' history (every "
+        "key's status as its signed statements say); with --against, prove that an earlier "
         "checkpoint (saved by anyone) is consistent with today's tree. Exits non-zero on any "
         "mismatch."
     )
@@ -78,6 +79,8 @@ class Command(BaseCommand):
             problems.append(error.reason)
         problems += self.check_latest_signed(leaves, current)
         problems += check_appended_signatures()
+        statements, key_problems = key_history.check()
+        problems += key_problems
 
         if against:
             problems += self.check_against(Path(against), leaves, current)
@@ -88,6 +91,8 @@ class Command(BaseCommand):
             f"OK: {size} leaves recomputed; root {b64(current.root)} matches the checkpoint."
             + (f" {withdrawn} withdrawn receipt(s) count with their kept leaf hash."
                if withdrawn else "")
+            + f" The keys' history ({statements} signed statement(s)) checks out, and every"
+            " key agrees with it."
         )
 
     def check_latest_signed(self, leaves: list[bytes], current: log.Head) -> list[str]:

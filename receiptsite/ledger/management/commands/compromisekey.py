@@ -1,5 +1,6 @@
 """Mark a signing key compromised as of a time, activate a new key, and sign again with it what
-was provably logged before that time (README, "Key compromise")."""
+was provably logged before that time (README, "Key compromise"), and vouch with it for the
+decisions of the auditors' record the old key signed that still check out (review/chain.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from receiptsite import config
 from receiptsite.integrity import keys, merkle, note
-from receiptsite.ledger import keyring, log
+from receiptsite.ledger import key_history, keyring, log
 from receiptsite.lib.rfc3339 import parse_rfc3339
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import (
@@ -27,6 +28,7 @@ from receiptsite.receipts.models import (
     SigningKey,
     format_timestamp,
 )
+from receiptsite.review import chain as decisions
 
 BATCH = 500
 
@@ -39,7 +41,9 @@ class Command(BaseCommand):
         "site takes it up at its next write, no restart). Every receipt the old key signed "
         "whose leaf a checkpoint signed before --at includes (by the database's record of when "
         "the site signed it) is signed again by the new key; "
-        "whatever else the old key signed, receipts and checkpoints, no longer verifies."
+        "whatever else the old key signed, receipts and checkpoints, no longer verifies. "
+        "Every review decision the old key signed that still checks out (`checkdecisions`) "
+        "is vouched for by the new key, in the same transaction."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -83,7 +87,9 @@ class Command(BaseCommand):
                 old.refresh_from_db()  # under the lock: another run may have come first
                 if old.status == SigningKey.COMPROMISED:
                     raise CommandError(f"the key {kid} was marked compromised meanwhile")
-                evidence, resigned, skipped, unproven = self.compromise(old, since, new)
+                evidence, resigned, skipped, unproven, vouched = self.compromise(
+                    old, since, new
+                )
         except (Problem, CommandError) as error:
             keyring.forget()
             if isinstance(error, Problem):
@@ -94,6 +100,7 @@ class Command(BaseCommand):
             folder = Path(settings.VAR_DIR).resolve()
             new_path = write_key(folder / f"signing-key-{new.kid[:12]}.pem", pem)
         self.report(old, since, new, new_path, evidence, resigned, skipped, unproven)
+        self.report_decisions(old, new, vouched)
         if replaced:
             self.stdout.write(
                 f"Wrote the new key in place of the compromised one in SIGNING_KEY_FILE "
@@ -149,18 +156,25 @@ class Command(BaseCommand):
 
     def compromise(
         self, old: SigningKey, since: datetime, new: keyring.ConfiguredKey
-    ) -> tuple[SignedCheckpoint | None, int, int, int]:
+    ) -> tuple[SignedCheckpoint | None, int, int, int, decisions.Vouched]:
         """Under the append lock: mark, activate, sign the tree head, sign the receipts
-        again. Returns the evidence checkpoint and the counts signed again, left out (their
-        bytes do not verify any more) and not provably logged before `since`."""
-        now = timezone.now()
-        old.status, old.compromised_at = SigningKey.COMPROMISED, since
-        old.retired_at = old.retired_at or now
-        old.save(update_fields=["status", "compromised_at", "retired_at"])
+        again, and (under the record's lock too) vouch for the decisions. Returns the evidence
+        checkpoint, the counts signed again, left out (their bytes do not verify any more) and
+        not provably logged before `since`, and what was vouched for."""
+        keyring.disown(old.kid)  # it signs nothing more, not even its successor's statement
         keyring.forget()
         # Chosen before anything is signed here: what this command signs is never proof.
         evidence = evidence_before(since)
-        active = keyring.record(new)  # retires the key that was active, if another
+        # Retires the key that was active, if another than `old`; `old` signs nothing more.
+        active = keyring.record(new, compromising=old.kid)
+        # The compromise, a statement of the keys' history signed by the key that takes over.
+        key_history.key_status_record(
+            kid=old.kid,
+            public=bytes(old.public_key),
+            status=SigningKey.COMPROMISED,
+            taking_over=key_history.Signer(active.kid, active.private),
+            compromised_at=since,
+        )
         log.sign_head_with(active)  # the latest checkpoint is never one by the old key
         logged = evidence.tree_size if evidence is not None else 0
         # Each receipt's newest signature is by `old` when it has no appended signature and
@@ -181,7 +195,10 @@ class Command(BaseCommand):
             chunk = dict(proven[start : start + BATCH])
             made, left = self.sign_again(old, active, chunk, evidence)
             resigned, skipped = resigned + made, skipped + left
-        return evidence, resigned, skipped, len(signed) - len(proven)
+        # No decision is chained meanwhile, and none after this by the old key (chain.py
+        # reads its key's status under the same lock).
+        vouched = decisions.vouch(old, active)
+        return evidence, resigned, skipped, len(signed) - len(proven), vouched
 
     def sign_again(
         self,
@@ -270,6 +287,22 @@ class Command(BaseCommand):
             )
         elif settings.SIGNING_KEY is not None and keyring.configured().kid == new.kid:
             write("SIGNING_KEY_FILE already names the new key.")
+
+    def report_decisions(
+        self, old: SigningKey, new: keyring.ConfiguredKey, vouched: decisions.Vouched
+    ) -> None:
+        write = self.stdout.write
+        write(
+            f"Vouched for by {new.kid}: {vouched.count} review decision(s) signed (or vouched "
+            f"for) by {old.kid} that still check out (their bytes, hash, signature and place "
+            "in the record); `manage.py checkdecisions` counts them again."
+        )
+        if vouched.left_out:
+            write(
+                f"Left out: {len(vouched.left_out)} review decision(s) signed (or vouched for) "
+                f"by {old.kid} that do not check out; they stay reported by `manage.py "
+                f"checkdecisions`, the first: {vouched.left_out[0]}."
+            )
 
 
 def evidence_before(since: datetime) -> SignedCheckpoint | None:
