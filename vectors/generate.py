@@ -138,10 +138,12 @@ def run_site() -> Run:
         assert len(first) == 1, first
 
         # Rotate the signing key as an operator does (README, "Rotating the signing key"):
-        # a new key file, a restart; the next write records it and retires the first key.
+        # a new key file, the old one as PREVIOUS_SIGNING_KEY_FILE (it signs the handover in
+        # the keys' history), a restart; the next write records it and retires the first key.
         fresh = site.tmp / "second-signing-key.pem"
         fresh.write_bytes(site_keys.generate_private_key_pem())
         fresh.chmod(0o600)
+        site.base_env["PREVIOUS_SIGNING_KEY_FILE"] = site.base_env["SIGNING_KEY_FILE"]
         site.base_env["SIGNING_KEY_FILE"] = str(fresh)
         site.stop()
         site._serve()

@@ -391,8 +391,16 @@ def published() -> SignedHead:
 
 
 def inclusion_proof(index: int, size: int) -> list[bytes]:
-    stored = _nodes(merkle.inclusion_proof_nodes(index, size))
-    return merkle.inclusion_proof(index, size, lambda level, i: stored[(level, i)])
+    return inclusion_proofs(index, [size])[0]
+
+
+def inclusion_proofs(index: int, sizes: Sequence[int]) -> list[list[bytes]]:
+    """The inclusion proofs of leaf `index` in the trees of `sizes`, their nodes read in one
+    query (a re-signed receipt's verification shows two: ledger/verification.py)."""
+    stored = _nodes(node for size in sizes for node in merkle.inclusion_proof_nodes(index, size))
+    return [
+        merkle.inclusion_proof(index, size, lambda level, i: stored[(level, i)]) for size in sizes
+    ]
 
 
 def consistency_proof(first: int, second: int) -> list[bytes]:

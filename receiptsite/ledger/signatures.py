@@ -40,6 +40,8 @@ class Shown:
     detail: str
     # The compromised key that makes the check fail, when that is why it fails.
     compromised: SigningKey | None = None
+    # For a signature appended that counts: the checkpoint it rests on (its `evidence`).
+    evidence: SignedCheckpoint | None = None
 
 
 def _named(key: SigningKey) -> str:
@@ -99,7 +101,9 @@ def shown(receipt: Receipt, data: bytes) -> Shown:
             and keys.verify_signature(bytes(key.public_key), data, again)
             and rests_on_proof(signature.evidence, before, receipt.log_index)
         ):
-            return Shown(key, again, True, _resigned(original, signature))
+            return Shown(
+                key, again, True, _resigned(original, signature), evidence=signature.evidence
+            )
     if not later:
         why = "" if verifies else " (and that signature does not verify either)"
         return Shown(

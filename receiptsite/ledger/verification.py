@@ -127,8 +127,29 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
     signed = signatures.shown(receipt, data)
     checks.append(_check("signature", signed.passed, signed.detail, signed.detail))
 
-    log_json, log_check = log_part(receipt, data)
+    evidence = signed.evidence
+    log_json, log_check, evidence_proof = _log_part(
+        receipt, data, None, evidence.tree_size if evidence is not None else None
+    )
     checks.append(log_check)
+    signature: dict[str, Any] = {
+        "algorithm": "Ed25519",
+        "key_id": signed.key.kid,
+        "value": b64(signed.value),
+        "keys_url": settings.SITE_URL + reverse("receipt-keys"),
+    }
+    if evidence is not None and evidence_proof is not None:
+        # What anyone can check of the signature appended: the checkpoint it rests on, and
+        # the leaf's place in it. When it was signed is the site's own record (the check's
+        # detail says so in words; `signed_at_source` in data).
+        signature["evidence"] = {
+            "checkpoint": evidence.note,
+            "tree_size": evidence.tree_size,
+            "leaf_index": receipt.log_index,
+            "inclusion_proof": [b64(p) for p in evidence_proof],
+            "signed_at": format_timestamp(evidence.signed_at),
+            "signed_at_source": "site",
+        }
 
     results = {check["result"] for check in checks}
     status = "invalid" if "fail" in results else "pending" if "pending" in results else "valid"
@@ -142,12 +163,7 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
         "canonical_bytes": b64(data),
         "byte_length": len(data),
         "checks": checks,
-        "signature": {
-            "algorithm": "Ed25519",
-            "key_id": signed.key.kid,
-            "value": b64(signed.value),
-            "keys_url": settings.SITE_URL + reverse("receipt-keys"),
-        },
+        "signature": signature,
         "log": log_json,
         "verified_at": format_timestamp(now or timezone.now()),
     }
@@ -158,27 +174,42 @@ def log_part(
 ) -> tuple[dict[str, Any] | None, CheckResult]:
     """The `log` object and the `log_inclusion` check, for the leaf of `data`, or for the
     given leaf hash (a withdrawn receipt's, whose bytes are erased: withdrawal/withdrawals.py)."""
+    log_json, check, _ = _log_part(receipt, data, leaf, None)
+    return log_json, check
+
+
+def _log_part(
+    receipt: Receipt, data: bytes, leaf: bytes | None, evidence_size: int | None
+) -> tuple[dict[str, Any] | None, CheckResult, list[bytes] | None]:
+    """log_part, and the leaf's inclusion proof in the tree of `evidence_size` (a re-signed
+    receipt's evidence checkpoint), its nodes read with the log proof's in one query."""
     index = receipt.log_index
     if index is None:
-        return None, {
+        check: CheckResult = {
             "name": "log_inclusion",
             "result": "fail",
             "detail": "The receipt has no place in the transparency log.",
         }
+        return None, check, None
     try:
         signed = log.published()  # the latest stored checkpoint: nothing is signed on a read
     except log.LogNotSigned as error:
-        return None, {"name": "log_inclusion", "result": "fail", "detail": error.detail}
+        check = {"name": "log_inclusion", "result": "fail", "detail": error.detail}
+        return None, check, _evidence_proof(index, evidence_size)
     if index >= signed.size:
         # Only while the POST that stored it has not answered yet: it answers once the
         # checkpoint that includes the receipt is stored.
-        return None, {
+        check = {
             "name": "log_inclusion",
             "result": "pending",
             "detail": f"The receipt is leaf {index} of the log; the latest signed checkpoint "
             f"covers {signed.size} leaves, and the one that includes it is being signed.",
         }
-    proof = log.inclusion_proof(index, signed.size)
+        return None, check, _evidence_proof(index, evidence_size)
+    if evidence_size is None or not index < evidence_size:
+        proof, evidence_proof = log.inclusion_proof(index, signed.size), None
+    else:  # both proofs' nodes in one query
+        proof, evidence_proof = log.inclusion_proofs(index, [signed.size, evidence_size])
     if leaf is None:
         leaf = merkle.leaf_hash(data)
     included = merkle.verify_inclusion(leaf, index, signed.size, proof, signed.root)
@@ -189,11 +220,19 @@ def log_part(
         f"The inclusion proof does not verify against the signed checkpoint of size "
         f"{signed.size}: the stored bytes are not the ones logged.",
     )
-    return {
+    log_json = {
         "origin": signed.origin,
         "index": index,
         "tree_size": signed.size,
         "root_hash": b64(signed.root),
         "inclusion_proof": [b64(p) for p in proof],
         "checkpoint": signed.note,
-    }, check
+    }
+    return log_json, check, evidence_proof
+
+
+def _evidence_proof(index: int, size: int | None) -> list[bytes] | None:
+    """The leaf's inclusion proof in the tree of `size`, when there is one."""
+    if size is None or not index < size:
+        return None
+    return log.inclusion_proof(index, size)

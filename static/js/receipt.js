@@ -130,6 +130,16 @@
   // Map keys are "<name> <key id hex>".
   function noteVerifiers(keys) {
     var counted = new Map(), compromised = new Map();
+    listedVerifiers(keys).forEach(function (v) {
+      (v.listed.status === "compromised" ? compromised : counted).set(v.id, v.raw);
+    });
+    return { counted: counted, compromised: compromised };
+  }
+
+  // Each verifier key of keys.log.verifier_keys whose key the document lists:
+  // {id: "<name> <key id hex>", raw, listed (the key's entry)}.
+  function listedVerifiers(keys) {
+    var found = [];
     (keys.log.verifier_keys || []).forEach(function (vkey) {
       // name+keyid+base64: the base64 part may itself contain "+", so split twice only.
       var first = vkey.indexOf("+"), second = vkey.indexOf("+", first + 1);
@@ -140,9 +150,48 @@
       var raw = key.slice(1);
       var listed = keys.keys.find(function (k) { return equal(b64urlDecode(k.x), raw); });
       if (!listed) return;  // a key the document does not list has no status: it cannot count
-      (listed.status === "compromised" ? compromised : counted).set(name + " " + keyId, raw);
+      found.push({ id: name + " " + keyId, raw: raw, listed: listed });
     });
-    return { counted: counted, compromised: compromised };
+    return found;
+  }
+
+  // RFC 3339 times as the site writes them: whether `a` is before `b` (to the microsecond;
+  // Date.parse keeps milliseconds only).
+  function before(a, b) {
+    var exact = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,9}))?Z$/;
+    var ma = exact.exec(a || ""), mb = exact.exec(b || "");
+    if (!ma || !mb) return Date.parse(a) < Date.parse(b);
+    var at = a.slice(0, 19) + (ma[1] || "").padEnd(9, "0"), bt = b.slice(0, 19) + (mb[1] || "").padEnd(9, "0");
+    return at < bt;
+  }
+
+  // A re-signed receipt's `signature.evidence` (docs/verification.md), as receipt-verify
+  // checks it: a note for this log, of its tree size, by a listed key other than the one that
+  // signed again; the receipt's leaf in its tree; signed (by the site's own record) before a
+  // compromise (its own key's, when that key is compromised). Null, or what does not hold.
+  async function evidenceProblem(evidence, bytes, keys, shownKid, origin) {
+    var signer = null, body = "";
+    var candidates = listedVerifiers(keys).filter(function (v) { return v.listed.kid !== shownKid; });
+    for (var i = 0; i < candidates.length && !signer; i++) {
+      var one = await verifyNote(evidence.checkpoint, { counted: new Map([[candidates[i].id, candidates[i].raw]]), compromised: new Map() });
+      if (one.ok) { signer = candidates[i].listed; body = one.body; }
+    }
+    var lines = body.split("\n");
+    if (!signer || lines[0] !== origin || lines[1] !== String(evidence.tree_size) || !BASE64.test(lines[2] || "")) {
+      return gettext("its checkpoint is not one of this log, of its tree size, signed by a published key other than the one that signed again");
+    }
+    var proof = Array.isArray(evidence.inclusion_proof) ? evidence.inclusion_proof : [null];
+    var readable = proof.every(function (p) { return typeof p === "string" && BASE64.test(p); });
+    if (!readable || !Number.isInteger(evidence.leaf_index) ||
+        !(await verifyInclusion(bytes, evidence.leaf_index, evidence.tree_size, proof.map(b64decode), b64decode(lines[2])))) {
+      return gettext("its inclusion proof does not put this receipt in that checkpoint's tree");
+    }
+    var compromised = signer.status === "compromised" ? [signer]
+      : keys.keys.filter(function (k) { return k.status === "compromised" && k.kid !== shownKid; });
+    if (!compromised.some(function (k) { return before(evidence.signed_at, k.compromised_at); })) {
+      return fmt(gettext("its checkpoint was signed at %(time)s, not before the compromise"), { time: String(evidence.signed_at) });
+    }
+    return null;
   }
 
   // A C2SP signed note, read exactly as the server reads it (receiptsite/integrity/note.py,
@@ -346,7 +395,15 @@
             : gettext("The signing key is marked compromised."));
         } else {
           var ok = await ed25519Verify(b64urlDecode(key.x), b64decode(answer.signature.value), bytes);
-          show(gettext("signature"), ok ? "pass" : "fail", ok ? gettext("The Ed25519 signature verifies under the published key.") : gettext("The Ed25519 signature does not verify."));
+          var evidence = answer.signature.evidence;
+          if (ok && evidence) {
+            var problem = await evidenceProblem(evidence, bytes, keys, key.kid, keys.log.origin);
+            show(gettext("signature"), problem ? "fail" : "pass", problem
+              ? fmt(gettext("The Ed25519 signature verifies under the published key, but it was appended after a key compromise, and its evidence does not hold: %(problem)s."), { problem: problem })
+              : fmt(gettext("The Ed25519 signature verifies under the published key. It was appended after a key compromise, resting on a checkpoint of %(size)s receipts that includes this one, signed, by the site's own record, at %(time)s, before the compromise."), { size: evidence.tree_size, time: evidence.signed_at }));
+          } else {
+            show(gettext("signature"), ok ? "pass" : "fail", ok ? gettext("The Ed25519 signature verifies under the published key.") : gettext("The Ed25519 signature does not verify."));
+          }
         }
       } catch (e) {
         ed25519 = false;

@@ -570,6 +570,40 @@ def test_a_receipt_signed_again_after_the_compromise_verifies_in_the_browser(
     assert "every check passed" in page.inner_text("#server-check")
     assert verify_in_browser(page) == {"hash": "PASS", "signature": "PASS",
                                        "log inclusion": "PASS", "checkpoint signature": "PASS"}
+    # The evidence the site gives for the new signature is checked here too.
+    signature = page.locator("#browser-results li").nth(1).inner_text()
+    assert "resting on a checkpoint of" in signature and "site's own record" in signature
+    watched_compromised.assert_clean(compromised["live"].url)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"inclusion_proof": [base64.b64encode(bytes(32)).decode()]}, "inclusion proof"),
+        ({"signed_at": "2999-01-01T00:00:00.000000Z"}, "not before the compromise"),
+    ],
+)
+def test_evidence_that_does_not_hold_fails_the_signature_in_the_browser(
+    watched_compromised: Watched, compromised: dict[str, Any], change: dict[str, Any], said: str
+) -> None:
+    """A re-signed receipt's `signature.evidence` (docs/verification.md) changed on its way:
+    a proof that does not lead to the checkpoint's root, a checkpoint not signed before the
+    compromise. The signature itself still verifies; the page fails it, saying why."""
+    page = watched_compromised.page
+    receipt_id = compromised["early"]["id"]
+
+    def handle(route: Route) -> None:
+        response = route.fetch()
+        answer = response.json()
+        answer["signature"]["evidence"].update(change)
+        route.fulfill(response=response, json=answer)
+
+    page.route(f"**/api/receipt/{receipt_id}/verify", handle)
+    page.goto(f"/run/{receipt_id}")
+    assert verify_in_browser(page) == {"hash": "PASS", "signature": "FAIL",
+                                       "log inclusion": "PASS", "checkpoint signature": "PASS"}
+    signature = page.locator("#browser-results li").nth(1).inner_text()
+    assert "its evidence does not hold" in signature and said in signature
     watched_compromised.assert_clean(compromised["live"].url)
 
 

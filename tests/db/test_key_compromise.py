@@ -346,3 +346,63 @@ def test_a_checkpoint_by_a_key_compromised_before_it_signed_is_no_evidence(
     keyring.forget()
     call_command("checklog", stdout=out)
     assert "OK: 2 leaves" in out.getvalue()
+
+
+# --- the evidence, in the verification JSON: checkable by anyone -------------------------
+
+
+def test_a_re_signed_receipt_carries_its_evidence_checkpoint_and_proof(
+    producer: Producer, client: Client, settings: Any, tmp_path: Path
+) -> None:
+    from receiptsite_client.verify import verify_verification
+
+    from receiptsite.integrity import merkle
+    from receiptsite.integrity.encoding import b64decode
+
+    settings.VAR_DIR = tmp_path
+    first = producer.publish(idempotency_key="first")
+    answer = producer.publish(idempotency_key="second")
+    producer.publish(idempotency_key="third")
+    changed = producer.publish(idempotency_key="changed")  # left out: not signed again
+    tamper(changed["id"], canonical_bytes=b'{"forged": true}')
+    before = client.get(f"/api/receipt/{answer['id']}/verify").json()
+    assert "evidence" not in before["signature"]  # signed once: nothing to rest on
+    old = keyring.configured()
+    tick()
+    run_command(old.kid, at=stamp())
+    body = client.get(f"/api/receipt/{answer['id']}/verify").json()
+    assert body["status"] == "valid"
+    evidence = body["signature"]["evidence"]
+    made = AppendedSignature.objects.select_related("evidence").get(
+        receipt__public_id=answer["id"]
+    )
+    assert evidence["checkpoint"] == made.evidence.note
+    assert evidence["tree_size"] == made.evidence.tree_size == 4
+    assert evidence["leaf_index"] == body["log"]["index"] == 1
+    assert evidence["signed_at_source"] == "site"
+    # Anyone can check it: a note by the compromised key, for the log, whose tree holds the
+    # receipt's leaf, signed before the compromise the keys document states.
+    keys_document = client.get("/.well-known/receipt-keys.json").json()
+    [listed] = [k for k in keys_document["keys"] if k["kid"] == old.kid]
+    origin = body["log"]["origin"]
+    text = note.verify_note(evidence["checkpoint"], [note.verifier_key(origin, old.public)])
+    assert text is not None
+    assert note.parse_checkpoint(text)[:2] == (origin, evidence["tree_size"])
+    leaf = merkle.leaf_hash(b64decode(body["canonical_bytes"]))
+    proof = [b64decode(p) for p in evidence["inclusion_proof"]]
+    root = note.parse_checkpoint(text)[2]
+    assert merkle.verify_inclusion(leaf, 1, 4, proof, root)
+    assert parse_rfc3339(evidence["signed_at"]) < parse_rfc3339(listed["compromised_at"])
+    # receipt-verify checks it, and says so.
+    result = verify_verification(body, keys_document, None)
+    assert result.status == "valid", result.as_json()
+    signature = result.check("signature")
+    assert signature is not None and "the checkpoint of 4 leaves" in signature.detail
+    # The offline bundle carries it, as the verify route serves it.
+    bundle = client.get(f"/run/{first['id']}/bundle.json").json()
+    first_body = client.get(f"/api/receipt/{first['id']}/verify").json()
+    assert bundle["verification"]["signature"] == first_body["signature"]
+    assert bundle["verification"]["signature"]["evidence"]["leaf_index"] == 0
+    left_out = client.get(f"/api/receipt/{changed['id']}/verify").json()
+    assert left_out["status"] == "invalid" and "evidence" not in left_out["signature"]
+

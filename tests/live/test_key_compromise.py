@@ -176,6 +176,12 @@ def test_a_receipt_logged_before_the_compromise_verifies_by_the_new_key(
     detail = check(body, "signature")["detail"]
     assert old["kid"] in detail and new["kid"] in detail
     assert f"compromised as of {restarted['leaked_at']}" in detail
+    # The checkpoint it rests on, for anyone to check: the one the old key signed before.
+    evidence = body["signature"]["evidence"]
+    assert evidence["checkpoint"] == restarted["checkpoint_before"]
+    assert (evidence["tree_size"], evidence["leaf_index"]) == (1, 0)
+    assert evidence["signed_at"] < restarted["leaked_at"]
+    assert evidence["signed_at_source"] == "site"
     page = live.get(f"/run/{restarted['before']['id']}").text
     assert "does not verify" not in page
 
@@ -240,7 +246,10 @@ def test_receipt_verify_takes_the_new_signature_and_refuses_the_leaked_keys_chec
 ) -> None:
     live = restarted["live"]
     base = live.url
-    assert client.verify_target(f"{base}/run/{restarted['before']['id']}").status == "valid"
+    verified = client.verify_target(f"{base}/run/{restarted['before']['id']}")
+    assert verified.status == "valid"
+    signature = verified.check("signature")
+    assert signature is not None and "resting on the checkpoint of 1 leaves" in signature.detail
     result = client.verify_target(f"{base}/run/{restarted['after']['id']}")
     assert result.status == "invalid" and result.failed() == ["signature"]
     signature = result.check("signature")

@@ -9,6 +9,7 @@ withdrawn receipt and key compromise. Against a real site: test_verify_live.py.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import subprocess
@@ -481,3 +482,92 @@ def test_a_compromised_key_is_named_with_its_time_and_its_checkpoint_refused() -
     assert "cannot be told from a forgery" in signature.detail
     assert "signed only by a key marked compromised" in checkpoint.detail
     assert "cannot be shown to predate the compromise" in checkpoint.detail
+
+
+# --- a re-signed receipt's evidence (docs/verification.md, "signature.evidence") -----------
+
+
+def _resigned_with_evidence(
+    *, evidence_key: str = "old", signed_at: str = "2026-01-01T00:00:00.000000Z"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A receipt as the site answers once `compromisekey` signed it again: the old key marked
+    compromised as of 2026-06-01, the new one active, a log of two leaves (the receipt's
+    first), the receipt and the log's checkpoint signed by the new key, and the evidence: the
+    checkpoint of the same tree signed by `evidence_key` ("old"; "rotated", a retired key the
+    old one had been rotated to before it leaked; "new"; or a stranger's)."""
+    from receiptsite_client.verify import b64decode, leaf_hash, note_key_id
+
+    old, rotated, new, stranger = (Ed25519PrivateKey.generate() for _ in range(4))
+    origin = "receipts.example.org/receipts"
+    data = b64decode(load("valid/plain.json")["canonical_bytes"])
+    other = leaf_hash(b"another receipt")
+    root = hashlib.sha256(b"\x01" + leaf_hash(data) + other).digest()
+    text = f"{origin}\n2\n{base64.b64encode(root).decode()}\n"
+
+    def signed_note(key: Ed25519PrivateKey) -> str:
+        raw = _raw_public(key)
+        line = base64.b64encode(note_key_id(origin, raw) + key.sign(text.encode())).decode()
+        return f"{text}\n\u2014 {origin} {line}\n"
+
+    def jwk(key: Ed25519PrivateKey, status: str, **more: Any) -> dict[str, Any]:
+        raw = _raw_public(key)
+        x = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        return {"kty": "OKP", "crv": "Ed25519", "x": x, "kid": jwk_thumbprint(raw),
+                "alg": "EdDSA", "use": "sig", "status": status, **more}
+
+    listed = [jwk(old, "compromised", compromised_at="2026-06-01T00:00:00.000000Z"),
+              jwk(rotated, "retired"), jwk(new, "active")]
+    keys: dict[str, Any] = {"keys": listed, "log": {"origin": origin}}
+    proof = [base64.b64encode(other).decode()]
+    by = {"old": old, "rotated": rotated, "new": new, "stranger": stranger}[evidence_key]
+    verification = {
+        **load("valid/plain.json"),
+        "signature": {"algorithm": "Ed25519", "key_id": listed[2]["kid"],
+                      "value": base64.b64encode(new.sign(data)).decode(),
+                      "evidence": {"checkpoint": signed_note(by), "tree_size": 2,
+                                   "leaf_index": 0, "inclusion_proof": proof,
+                                   "signed_at": signed_at, "signed_at_source": "site"}},
+        "log": {"origin": origin, "index": 0, "tree_size": 2,
+                "root_hash": base64.b64encode(root).decode(), "inclusion_proof": proof,
+                "checkpoint": signed_note(new)},
+    }
+    return verification, keys
+
+
+@pytest.mark.parametrize("by", ["old", "rotated"])
+def test_a_re_signed_receipts_evidence_is_checked(by: str) -> None:
+    verification, keys = _resigned_with_evidence(evidence_key=by)
+    result = verify_verification(verification, keys, None)
+    assert result.status == "valid", result.as_json()
+    signature = result.check("signature")
+    assert signature is not None and "before 2026-06-01T00:00:00.000000Z" in signature.detail
+
+
+def test_a_tampered_evidence_proof_fails_the_signature() -> None:
+    verification, keys = _resigned_with_evidence()
+    zeros = base64.b64encode(bytes(32)).decode()
+    verification["signature"]["evidence"]["inclusion_proof"] = [zeros]
+    result = verify_verification(verification, keys, None)
+    assert result.failed() == ["signature"]
+    signature = result.check("signature")
+    assert signature is not None and "does not put the receipt's leaf 0" in signature.detail
+
+
+@pytest.mark.parametrize("by", ["new", "stranger"])
+def test_an_evidence_checkpoint_by_another_key_fails_the_signature(by: str) -> None:
+    verification, keys = _resigned_with_evidence(evidence_key=by)
+    result = verify_verification(verification, keys, None)
+    assert result.failed() == ["signature"]
+    signature = result.check("signature")
+    assert signature is not None and "is not signed, under the log's name, by a listed key" in (
+        signature.detail
+    )
+
+
+@pytest.mark.parametrize("signed_at", ["2026-06-01T00:00:00.000000Z", "2026-07-01T00:00:00Z"])
+def test_an_evidence_checkpoint_signed_after_the_compromise_fails(signed_at: str) -> None:
+    verification, keys = _resigned_with_evidence(signed_at=signed_at)
+    result = verify_verification(verification, keys, None)
+    assert result.failed() == ["signature"]
+    signature = result.check("signature")
+    assert signature is not None and "not before key" in signature.detail

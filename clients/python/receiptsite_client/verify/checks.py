@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from datetime import datetime
 from typing import Any
 
 from receiptsite_client.verify.encoding import b64decode
@@ -55,7 +56,11 @@ def _log_fields(log: object) -> tuple[int, int, bytes, list[bytes]]:
 
 
 def _check_signature(
-    data: bytes, verification: dict[str, Any], trusted: list[TrustedKey] | None, pinned: bool
+    data: bytes,
+    verification: dict[str, Any],
+    trusted: list[TrustedKey] | None,
+    pinned: bool,
+    keys: dict[str, Any] | None = None,
 ) -> Check:
     name = "signature"
     if trusted is None:
@@ -98,7 +103,118 @@ def _check_signature(
     if not ed25519_verify(key.raw, value, data):
         return Check(name, FAIL, f"The Ed25519 signature does not verify under key {kid}.")
     how = "the pinned key" if pinned else f"the listed key ({key.status})"
-    return Check(name, PASS, f"The Ed25519 signature verifies under {how} {kid}.")
+    verified = f"The Ed25519 signature verifies under {how} {kid}."
+    if "evidence" not in signature:
+        return Check(name, PASS, verified)
+    problem, words = _evidence_problem(
+        data, signature["evidence"], verification, keys, trusted, key.kid
+    )
+    if problem is not None:
+        return Check(
+            name,
+            FAIL,
+            f"{verified} It was appended after a key compromise, but its evidence does not "
+            f"hold: {problem}.",
+        )
+    return Check(name, PASS, f"{verified} {words}")
+
+
+def _instant(value: object) -> datetime | None:
+    """An RFC 3339 timestamp with its offset, or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def _evidence_problem(
+    data: bytes,
+    evidence: object,
+    verification: dict[str, Any],
+    keys: dict[str, Any] | None,
+    trusted: list[TrustedKey] | None,
+    shown_kid: str,
+) -> tuple[str | None, str]:
+    """Check a re-signed receipt's `signature.evidence` (docs/verification.md): the checkpoint
+    is a signed note for the log's origin, under the log's name, by a listed key other than
+    `shown_kid` (the key that signed again); the receipt's leaf is in its tree; and it was
+    signed (by the site's own record) before a listed key's `compromised_at` (its own key's,
+    when that key is compromised). A problem, or None and the words that say what was shown."""
+    if not isinstance(evidence, dict):
+        return "it is not an object", ""
+    index, size = evidence.get("leaf_index"), evidence.get("tree_size")
+    if not (_is_count(index) and _is_count(size)):
+        return "leaf_index and tree_size must be counts", ""
+    assert isinstance(index, int) and isinstance(size, int)
+    try:
+        note = parse_note(evidence.get("checkpoint"))
+        origin, note_size, root = parse_checkpoint(note.text)
+        items = evidence.get("inclusion_proof")
+        if not isinstance(items, list):
+            raise ValueError("the inclusion proof is not a list")
+        proof = [b64decode(item) for item in items]
+    except ValueError as error:
+        return f"its checkpoint or proof does not read ({error})", ""
+    log = verification.get("log")
+    keys_log = keys.get("log") if isinstance(keys, dict) else None
+    keys_origin = keys_log.get("origin") if isinstance(keys_log, dict) else None
+    log_origin = keys_origin if isinstance(keys_origin, str) else None
+    if log_origin is None and isinstance(log, dict) and isinstance(log.get("origin"), str):
+        log_origin = log["origin"]
+    if origin != log_origin:
+        return f"its checkpoint is for log {origin!r}, not the log {log_origin!r}", ""
+    if note_size != size:
+        return f"its checkpoint is of {note_size} leaves, not tree_size {size}", ""
+    # The key it is by: a listed key (not the one that signed again, which came after the
+    # compromise); if that key is compromised itself, its signature counts only from before.
+    listed = listed_keys(keys)[0] if keys is not None else []
+    known = {k.kid: k for k in [*listed, *(trusted or [])] if k.kid != shown_kid}
+    message = note.text.encode("utf-8")
+    signer: TrustedKey | None = None
+    for sig_name, key_id, value in note.signatures:
+        for key in known.values():
+            if (
+                signer is None
+                and sig_name == origin
+                and key_id == note_key_id(origin, key.raw)
+                and ed25519_verify(key.raw, value, message)
+            ):
+                signer = key
+    if signer is None:
+        return (
+            "its checkpoint is not signed, under the log's name, by a listed key other than "
+            f"{shown_kid}",
+            "",
+        )
+    included = all(len(p) == HASH_SIZE for p in proof) and verify_inclusion(
+        leaf_hash(data), index, size, proof, root
+    )
+    if not included:
+        return f"the proof does not put the receipt's leaf {index} in its checkpoint's tree", ""
+    signed_at = _instant(evidence.get("signed_at"))
+    if signed_at is None:
+        return "its signed_at is not an RFC 3339 timestamp", ""
+    # The compromise it predates: its own key's, else that of a key marked compromised (the
+    # one the receipt was signed by before; after a rotation, not the checkpoint's key).
+    compromised = [k for k in known.values() if k.status == "compromised"]
+    if signer.status == "compromised":
+        compromised = [signer]
+    if not compromised:
+        return "no listed key is marked compromised, so there is nothing it predates", ""
+    for key in compromised:
+        since = _instant(key.compromised_at)
+        if since is not None and signed_at < since:
+            return None, (
+                f"It was appended after key {key.kid} was compromised, resting on the "
+                f"checkpoint of {size} leaves key {signer.kid} signed, by the site's own "
+                f"record, at {evidence.get('signed_at')}, before {key.compromised_at}; leaf "
+                f"{index} is in it."
+            )
+    named = ", ".join(f"key {k.kid} ({k.compromised_words()})" for k in compromised)
+    return f"its checkpoint was signed at {evidence.get('signed_at')}, not before {named}", ""
 
 
 def check_checkpoint(
@@ -295,7 +411,7 @@ def verify_verification(
             result.checks.append(Check("receipt_id", PASS, f"The document's id is {doc_id}."))
         # signature
         result.checks.append(
-            _check_signature(data, verification, trusted, pinned=pinned_x is not None)
+            _check_signature(data, verification, trusted, pinned=pinned_x is not None, keys=keys)
         )
         # log_inclusion
         result.checks.append(_check_inclusion(leaf_hash(data), verification.get("log")))
