@@ -123,13 +123,18 @@ def handoff_txt(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
             content_type="text/plain; charset=utf-8",
         )
     if (found := withdrawn(receipt)) is not None:
-        return HttpResponse(
+        text = (
             f"This receipt was withdrawn on {found.withdrawn_at}, by "
             f"{found.withdrawal.withdrawn_by}, for the reason {found.withdrawal.reason}. Its "
-            "content was erased; its place in the tamper-evident log is kept.\n",
-            status=410,
-            content_type="text/plain; charset=utf-8",
+            "content was erased; its place in the tamper-evident log is kept.\n"
         )
+        if (stated := found.statement) is not None:
+            text += (
+                "The withdrawal is a statement signed by this site and chained to the "
+                f"withdrawals before it; its SHA-256: {stated.statement_hash} (its signed bytes "
+                "are in the receipt's verification answer).\n"
+            )
+        return HttpResponse(text, status=410, content_type="text/plain; charset=utf-8")
     text = receipt_handoff(receipt, show_follow_up=_is_auditor(request))
     return HttpResponse(text, content_type="text/plain; charset=utf-8")
 

@@ -449,6 +449,9 @@ def test_the_page_answers_410_in_plain_words(producer: Producer, client: Client)
     assert "此回执已撤回" in chinese.content.decode()
     handoff = client.get(f"/run/{answer['id']}/handoff.txt")
     assert handoff.status_code == 410 and b"withdrawn" in handoff.content
+    # The hand-off names the withdrawal's signed statement, as the page and the verify answer do.
+    stated = client.get(f"/api/receipt/{answer['id']}/verify").json()["statement"]["hash"]
+    assert f"its SHA-256: {stated} " in handoff.content.decode()
 
 
 @pytest.mark.skipif(is_postgres(suite_database_url()), reason="an SQLite setting")
