@@ -259,3 +259,29 @@ def store(request: pytest.FixtureRequest, db: None, settings: Any) -> str:
     else:
         settings.REDIS_URL = None
     return str(request.param)
+
+
+@pytest.fixture
+def auditor(db: None) -> Any:
+    """A staff user in the Auditors group (`ada`)."""
+    from django.contrib.auth.models import Group, User
+
+    user = User.objects.create_user("ada", password="pw-for-tests-only", is_staff=True)
+    user.groups.add(Group.objects.get(name="Auditors"))
+    return user
+
+
+def signed_in(user: Any) -> Client:
+    """A test client signed in as `user`."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def own_key_file(settings: Any, tmp_path: Path) -> None:
+    """compromisekey writes the new key in place of the compromised one: in a copy of the
+    suite's key file, never over the file the tests after this one read."""
+    copy = tmp_path / "suite-key.pem"
+    copy.write_bytes(Path(settings.SIGNING_KEY_FILE).read_bytes())
+    settings.SIGNING_KEY_FILE = str(copy)

@@ -11,7 +11,7 @@ from django.test import Client
 
 from receiptsite.receipts.models import Receipt, ReviewDecision
 from receiptsite.review.services import decision_record
-from tests.conftest import Producer
+from tests.conftest import Producer, signed_in
 
 pytestmark = pytest.mark.db
 
@@ -19,19 +19,6 @@ pytestmark = pytest.mark.db
 @pytest.fixture
 def receipt(producer: Producer) -> Receipt:
     return Receipt.objects.get(public_id=producer.publish()["id"])
-
-
-@pytest.fixture
-def auditor(db: None) -> User:
-    user = User.objects.create_user("ada", password="pw-for-tests-only", is_staff=True)
-    user.groups.add(Group.objects.get(name="Auditors"))
-    return user
-
-
-def signed_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_the_auditors_group_has_exactly_what_auditors_need(db: None) -> None:

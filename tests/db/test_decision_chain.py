@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.apps import apps
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import Error, connection, transaction
 from django.test import Client
@@ -46,13 +46,6 @@ GUARDED = ("receipts_reviewdecision", "receipts_decisionlink")
 @pytest.fixture
 def receipt(producer: Producer) -> Receipt:
     return Receipt.objects.get(public_id=producer.publish()["id"])
-
-
-@pytest.fixture
-def auditor(db: None) -> User:
-    user = User.objects.create_user("ada", password="pw-for-tests-only", is_staff=True)
-    user.groups.add(Group.objects.get(name="Auditors"))
-    return user
 
 
 @pytest.fixture

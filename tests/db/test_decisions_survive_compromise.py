@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import Error, connection, transaction
 from django.test import Client
@@ -40,38 +40,21 @@ from receiptsite.receipts.models import (
 )
 from receiptsite.review.forms import DecisionForm
 from receiptsite.review.services import decision_record
-from tests.conftest import Producer, command_line, lift_guard, tamper
+from tests.conftest import Producer, command_line, lift_guard, signed_in, tamper
 from tests.db.test_key_compromise import stamp, tick
 
 pytestmark = pytest.mark.db
 
 
 @pytest.fixture(autouse=True)
-def own_key_file(settings: Any, tmp_path: Path) -> None:
-    """compromisekey writes the new key in place of the compromised one: in a copy of the
-    suite's key file, never over the file the tests after this one read."""
-    copy = tmp_path / "suite-key.pem"
-    copy.write_bytes(Path(settings.SIGNING_KEY_FILE).read_bytes())
-    settings.SIGNING_KEY_FILE = str(copy)
+def own_files(own_key_file: None, settings: Any, tmp_path: Path) -> None:
+    """The key file a copy of the suite's (own_key_file), and var/ of the test's own."""
     settings.VAR_DIR = tmp_path
 
 
 @pytest.fixture
 def receipt(producer: Producer) -> Receipt:
     return Receipt.objects.get(public_id=producer.publish()["id"])
-
-
-@pytest.fixture
-def auditor(db: None) -> User:
-    user = User.objects.create_user("ada", password="pw-for-tests-only", is_staff=True)
-    user.groups.add(Group.objects.get(name="Auditors"))
-    return user
-
-
-def signed_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def compromise(kid: str, at: str) -> str:

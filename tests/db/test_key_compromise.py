@@ -38,7 +38,7 @@ from receiptsite.receipts.models import AppendedSignature, SignedCheckpoint, Sig
 from tests.conftest import Producer, command_line, lift_guard, tamper
 from tests.db.test_immutability import database_clock
 
-pytestmark = pytest.mark.db
+pytestmark = [pytest.mark.db, pytest.mark.usefixtures("own_key_file")]
 
 TABLE = AppendedSignature._meta.db_table
 
@@ -57,15 +57,6 @@ def tick() -> None:
 
 
 # --- the command, on the suite's own database --------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def own_key_file(settings: Any, tmp_path: Path) -> None:
-    """compromisekey writes the new key in place of the compromised one: in a copy of the
-    suite's key file, never over the file the tests after this one read."""
-    copy = tmp_path / "suite-key.pem"
-    copy.write_bytes(Path(settings.SIGNING_KEY_FILE).read_bytes())
-    settings.SIGNING_KEY_FILE = str(copy)
 
 
 def run_command(*args: Any, **options: Any) -> str:

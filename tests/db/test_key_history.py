@@ -32,16 +32,7 @@ from receiptsite.ledger import key_chain, key_history, key_statement_v1, keyring
 from receiptsite.receipts.models import KeyStatement, SigningKey
 from tests.conftest import Producer, command_line
 
-pytestmark = pytest.mark.db
-
-
-@pytest.fixture(autouse=True)
-def own_key_file(settings: Any, tmp_path: Path) -> None:
-    """compromisekey writes the new key in place of the compromised one: in a copy of the
-    suite's key file, never over the file the tests after this one read."""
-    copy = tmp_path / "suite-key.pem"
-    copy.write_bytes(Path(settings.SIGNING_KEY_FILE).read_bytes())
-    settings.SIGNING_KEY_FILE = str(copy)
+pytestmark = [pytest.mark.db, pytest.mark.usefixtures("own_key_file")]
 
 
 def run(name: str, *args: str) -> str:
