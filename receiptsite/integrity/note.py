@@ -35,19 +35,22 @@ def _check_text(text: str) -> None:
         raise ValueError("note text must end in a newline and hold no control characters")
 
 
-def key_id(name: str, raw_public: bytes) -> bytes:
-    return hashlib.sha256(name.encode("utf-8") + b"\n" + ED25519_TYPE + raw_public).digest()[:4]
+def key_id(name: str, raw_public: bytes, kind: bytes = ED25519_TYPE) -> bytes:
+    """SHA-256(name || 0x0A || type || public key)[:4]: `kind` is the signature type, 0x01 for
+    a note's Ed25519 signature, 0x04 for an Ed25519 cosignature (integrity/cosignature.py)."""
+    return hashlib.sha256(name.encode("utf-8") + b"\n" + kind + raw_public).digest()[:4]
 
 
-def verifier_key(name: str, raw_public: bytes) -> str:
+def verifier_key(name: str, raw_public: bytes, kind: bytes = ED25519_TYPE) -> str:
     _check_name(name)
     if len(raw_public) != PUBLIC_KEY_SIZE:
         raise ValueError("an Ed25519 public key is 32 bytes")
-    return f"{name}+{key_id(name, raw_public).hex()}+{b64(ED25519_TYPE + raw_public)}"
+    return f"{name}+{key_id(name, raw_public, kind).hex()}+{b64(kind + raw_public)}"
 
 
-def parse_verifier_key(vkey: str) -> tuple[str, bytes, bytes]:
-    """(name, key id, raw public key) of a verifier key string; ValueError if malformed."""
+def parse_verifier_key(vkey: str, kind: bytes = ED25519_TYPE) -> tuple[str, bytes, bytes]:
+    """(name, key id, raw public key) of a verifier key string of signature type `kind`;
+    ValueError if malformed or of another type."""
     # The name holds no '+', but standard base64 can, so only the first two '+' separate.
     parts = vkey.split("+", 2)
     if len(parts) != 3:
@@ -57,12 +60,14 @@ def parse_verifier_key(vkey: str) -> tuple[str, bytes, bytes]:
     if not re.fullmatch(r"[0-9a-fA-F]{8}", id_hex):
         raise ValueError("the key id must be 8 hex digits")
     key = b64decode(key_b64)
-    if len(key) != 1 + PUBLIC_KEY_SIZE or key[:1] != ED25519_TYPE:
-        raise ValueError("only Ed25519 verifier keys (type 0x01, 32 bytes) are supported")
+    if len(key) != 1 + PUBLIC_KEY_SIZE or key[:1] != kind:
+        raise ValueError(
+            f"only Ed25519 verifier keys of type 0x{kind.hex()} (32 bytes) are supported here"
+        )
     raw = key[1:]
     kid = bytes.fromhex(id_hex)
     # The id is derivable from name and key, so a mismatch means a corrupted or forged string.
-    if kid != key_id(name, raw):
+    if kid != key_id(name, raw, kind):
         raise ValueError("the key id does not match the name and key")
     return name, kid, raw
 
