@@ -17,7 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.exceptions import ImproperlyConfigured
 
+from receiptsite.integrity import policy
 from receiptsite.integrity.keys import load_private_key_pem
+from receiptsite.integrity.policy import Policy
 
 
 class ConfigurationError(ImproperlyConfigured):
@@ -211,3 +213,47 @@ def signing_key(path: str, variable: str = "SIGNING_KEY_FILE") -> Ed25519Private
             f"names {path}, which is not an Ed25519 private key in PKCS#8 PEM ({error}; "
             "make one with `openssl genpkey -algorithm ed25519`)",
         ) from None
+
+
+# --- WITNESS_POLICY_FILE -------------------------------------------------------------------
+
+
+def witness_policy(path: str) -> Policy | None:
+    """The witnesses the site asks to cosign its checkpoints, from a c2sp.org/tlog-policy file
+    (integrity/policy.py); None when `path` is empty (nothing is witnessed). Every witness must
+    have its submission URL (http or https: the site POSTs to `<url>/add-checkpoint`), and the
+    quorum must need somebody: `quorum none` would call a checkpoint witnessed that nobody saw."""
+    if not path:
+        return None
+    variable = "WITNESS_POLICY_FILE"
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigurationError(variable, f"names {path}, which does not exist") from None
+    except OSError as error:
+        raise ConfigurationError(
+            variable, f"names {path}, which cannot be read ({error.strerror})"
+        ) from None
+    try:
+        read = policy.parse(data)
+    except policy.PolicyError as error:
+        raise ConfigurationError(
+            variable, f"names {path}, which is not a tlog-policy file: {error}"
+        ) from None
+    if read.quorum == policy.NONE:
+        raise ConfigurationError(
+            variable,
+            f"names {path}, whose quorum is 'none': to have nothing witnessed, leave "
+            f"{variable} unset",
+        )
+    if not read.witnesses:
+        raise ConfigurationError(variable, f"names {path}, which lists no witness")
+    for witness in read.witnesses.values():
+        parts = urlsplit(witness.url or "")
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+            raise ConfigurationError(
+                variable,
+                f"names {path}, whose witness {witness.name!r} needs its submission URL "
+                f"(http or https, no query) after its key, not {witness.url or 'none'!r}",
+            )
+    return read

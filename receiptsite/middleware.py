@@ -77,9 +77,15 @@ def _routes(urlconf: str | None) -> tuple[tuple[Route, ...], tuple[str, ...]]:
         if not (isinstance(entry, URLPattern) and isinstance(entry.pattern, RoutePattern)):
             continue  # the admin's include: neither
         route = str(entry.pattern)
-        converters = entry.pattern.converters.values()
+        converters = list(entry.pattern.converters.values())
         holds_id = any(isinstance(c, ReceiptIdConverter) for c in converters)
-        loose = "[^/]+".join(re.escape(part) for part in re.split(r"<[^>]+>", route))
+        # A receipt id's place takes any segment (a malformed id is still this route's path);
+        # another parameter takes what its converter does (a tile's index spans segments).
+        parts = re.split(r"<[^>]+>", route)
+        loose = re.escape(parts[0]) + "".join(
+            ("[^/]+" if isinstance(c, ReceiptIdConverter) else f"(?:{c.regex})") + re.escape(p)
+            for c, p in zip(converters, parts[1:], strict=True)
+        )
         kind = PathKind(holds_id, bool(getattr(entry.callback, "cross_origin", False)))
         routes.append((re.compile(f"/{loose}"), kind))
         if holds_id:

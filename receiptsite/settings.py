@@ -290,6 +290,13 @@ CACHES = {
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 }
 
+# WITNESS_POLICY_FILE: optional, the witnesses that cosign the log's checkpoints (a
+# c2sp.org/tlog-policy file, read and checked here, once); WITNESS_INTERVAL: the least number
+# of seconds between two submissions to one witness (`manage.py witness`).
+WITNESS_POLICY_FILE = env("WITNESS_POLICY_FILE")
+WITNESS_POLICY = config.witness_policy(WITNESS_POLICY_FILE)
+WITNESS_INTERVAL = envint("WITNESS_INTERVAL", 10)
+
 # AUDIT_LOG_DAYS: how long API audit-log entries are kept; `manage.py pruneauditlog` removes
 # older ones (the one path the database lets delete them).
 AUDIT_LOG_DAYS = config.audit_log_days(env("AUDIT_LOG_DAYS"))

@@ -7,9 +7,13 @@ from django.views.i18n import JavaScriptCatalog
 from receiptsite.api import views as api
 from receiptsite.audit import views as audit_views
 from receiptsite.capability import ReceiptIdConverter
+from receiptsite.ledger import tiles
 from receiptsite.pages import views
 
 register_converter(ReceiptIdConverter, "receipt_id")
+register_converter(tiles.LevelConverter, "tile_level")
+register_converter(tiles.IndexConverter, "tile_index")
+register_converter(tiles.WidthConverter, "tile_width")
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -28,6 +32,13 @@ urlpatterns = [
     path(".well-known/receipt-keys.json", api.keys_document, name="receipt-keys"),
     path("api/log/checkpoint", api.checkpoint, name="log-checkpoint"),
     path("api/log/consistency", api.consistency, name="log-consistency"),
+    path("api/log/witnessed-checkpoint", api.witnessed_checkpoint,
+         name="log-witnessed-checkpoint"),
+    # The static read API of c2sp.org/tlog-tiles: the checkpoint and the hash tiles.
+    path("log/checkpoint", api.tiles_checkpoint, name="tiles-checkpoint"),
+    path("log/tile/<tile_level:level>/<tile_index:index>", api.tile, name="tile"),
+    path("log/tile/<tile_level:level>/<tile_index:index>.p/<tile_width:width>", api.tile,
+         name="tile-partial"),
     path("api/openapi.json", api.openapi, name="openapi"),
     path("healthz", api.healthz, name="healthz"),
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["receiptsite.pages"]),

@@ -4,12 +4,14 @@ answered in one place (receiptsite.api.routes); answers are made by model method
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.utils.cache import get_conditional_response
 
 from receiptsite.api.ratelimit import throttle
 from receiptsite.api.reading import (
@@ -27,8 +29,10 @@ from receiptsite.evidence.declaration import LIST_FILTERS
 from receiptsite.evidence.document import DocumentInvalid
 from receiptsite.evidence.kinds import Enum
 from receiptsite.evidence.openapi import OPENAPI
+from receiptsite.integrity import tiles
 from receiptsite.integrity.encoding import b64
-from receiptsite.ledger import keyring, log
+from receiptsite.ledger import keyring, log, witnesses
+from receiptsite.ledger import tiles as log_tiles
 from receiptsite.ledger.keys_document import keys_document_json
 from receiptsite.problems import Problem, withdrawn_key
 from receiptsite.receipts.models import Receipt
@@ -243,6 +247,59 @@ def checkpoint(request: HttpRequest) -> HttpResponse:
     response = HttpResponse(signed.note, content_type="text/plain; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     return response
+
+
+def _conditional(
+    request: HttpRequest, response: HttpResponse, cache_control: str
+) -> HttpResponse:
+    """`response` with an ETag of its bytes and `cache_control`, or a 304 for a request whose
+    If-None-Match names that ETag: what the bytes alone determine may be reused."""
+    etag = '"' + hashlib.sha256(response.content).hexdigest()[:32] + '"'
+    response["ETag"] = etag
+    response["Cache-Control"] = cache_control
+    return get_conditional_response(request, etag=etag, response=response) or response
+
+
+@api_route("GET", public=True)
+def witnessed_checkpoint(request: HttpRequest) -> HttpResponse:
+    # The largest checkpoint that meets the quorum of WITNESS_POLICY_FILE, with its
+    # cosignature lines; computed from the stored cosignatures, verified again here.
+    witnessed = witnesses.latest()
+    if witnessed is None:
+        raise Problem(
+            404,
+            "not-witnessed",
+            "No checkpoint is witnessed yet",
+            "No checkpoint of this log meets its witness policy's quorum yet."
+            if witnesses.policy() is not None
+            else "This site has no witness policy: its checkpoints are signed by the site alone.",
+        )
+    response = HttpResponse(witnessed.note, content_type="text/plain; charset=utf-8")
+    return _conditional(request, response, "no-cache")
+
+
+@api_route("GET", public=True)
+def tiles_checkpoint(request: HttpRequest) -> HttpResponse:
+    # c2sp.org/tlog-tiles' checkpoint: the one /api/log/checkpoint serves, cached seconds.
+    signed = log.published()
+    response = HttpResponse(signed.note, content_type="text/plain; charset=utf-8")
+    return _conditional(request, response, "public, max-age=5")
+
+
+@api_route("GET", public=True)
+def tile(request: HttpRequest, level: int, index: int, width: int = tiles.WIDTH) -> HttpResponse:
+    # A hash tile of the latest signed tree (or of an earlier one): immutable, cached a year.
+    data = log_tiles.tile(log.published().size, level, index, width)
+    if data is None:
+        raise Problem(
+            404,
+            "no-such-tile",
+            "No such tile",
+            "The log's latest checkpoint has no such tile (yet). This log serves hash tiles "
+            "only: no entry bundles.",
+        )
+    response = HttpResponse(data, content_type="application/octet-stream")
+    return _conditional(request, response, "public, max-age=31536000, immutable")
 
 
 @api_route("GET", public=True)

@@ -398,6 +398,20 @@ OPENAPI: dict[str, Any] = {
                 },
             }
         },
+        "/api/log/witnessed-checkpoint": {
+            "get": {
+                "summary": "The largest checkpoint that meets the witness policy's quorum, with "
+                "the witnesses' cosignature lines (c2sp.org/tlog-cosignature)",
+                "operationId": "getWitnessedCheckpoint",
+                "responses": {
+                    "200": {
+                        "description": "The checkpoint, with its cosignatures",
+                        "content": {"text/plain": {"schema": STRING}},
+                    },
+                    "404": _problem("No checkpoint is witnessed yet (or there is no policy)"),
+                },
+            }
+        },
         "/api/log/consistency": {
             "get": {
                 "summary": "A consistency proof between two tree sizes (RFC 9162 2.1.4)",

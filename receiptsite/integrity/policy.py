@@ -20,7 +20,7 @@ setting is read (receiptsite/config.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from receiptsite.integrity import cosignature, note
@@ -196,7 +196,7 @@ def parse(data: bytes) -> Policy:
     return Policy(tuple(logs), witnesses, groups, quorum, tuple(order))
 
 
-def _new_name(number: int, name: str, *defined: dict[str, object]) -> None:
+def _new_name(number: int, name: str, *defined: Mapping[str, object]) -> None:
     if name == NONE:
         raise PolicyError(number, "'none' is predefined and cannot be redefined")
     if any(name in names for names in defined):

@@ -9,7 +9,7 @@ from typing import Any
 
 from receiptsite.integrity import keys as ed25519
 from receiptsite.integrity import note
-from receiptsite.ledger import key_history, log
+from receiptsite.ledger import key_history, log, witnesses
 from receiptsite.receipts.models import SigningKey, format_timestamp
 
 
@@ -18,8 +18,10 @@ def keys_document_json() -> dict[str, Any]:
     # The keys as recorded: a read records nothing, so a key rotated in is listed once a write
     # path (an ingest, `signcheckpoint`, `migrate`) has recorded it and signed with it.
     origin = log.head().origin
+    rules = witnesses.policy()
     listed = []
     verifier_keys = []
+    log_keys: list[str] = []  # the policy's `log` lines: every key that is not compromised
     active_vkey = None
     for key in SigningKey.objects.order_by("created_at", "pk"):
         public = bytes(key.public_key)
@@ -44,10 +46,19 @@ def keys_document_json() -> dict[str, Any]:
         )
         vkey = note.verifier_key(origin, public)
         verifier_keys.append(vkey)
+        if key.status != SigningKey.COMPROMISED:
+            log_keys.append(vkey)
         if key.status == SigningKey.ACTIVE:
             active_vkey = vkey
     return {
         "keys": listed,
-        "log": {"origin": origin, "verifier_key": active_vkey, "verifier_keys": verifier_keys},
+        "log": {
+            "origin": origin,
+            "verifier_key": active_vkey,
+            "verifier_keys": verifier_keys,
+            # The witnesses the site asks to cosign, as a tlog-policy file a verifier keeps
+            # (no URLs); null without WITNESS_POLICY_FILE (ledger/witnesses.py).
+            "witness_policy": rules.text(log_keys) if rules is not None else None,
+        },
         "history": key_history.history_json(),
     }

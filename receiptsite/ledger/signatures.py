@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from receiptsite.integrity import keys
+from receiptsite.ledger import witnesses
+from receiptsite.ledger.witnesses import Witnessed
 from receiptsite.receipts.models import (
     AppendedSignature,
     Receipt,
@@ -40,8 +42,11 @@ class Shown:
     detail: str
     # The compromised key that makes the check fail, when that is why it fails.
     compromised: SigningKey | None = None
-    # For a signature appended that counts: the checkpoint it rests on (its `evidence`).
+    # For a signature appended that counts: the checkpoint it rests on (its `evidence`), and,
+    # when the witnesses' cosignatures show it predates the compromise, that checkpoint as
+    # they witnessed it (ledger/witnesses.py).
     evidence: SignedCheckpoint | None = None
+    witnessed: Witnessed | None = None
 
 
 def _named(key: SigningKey) -> str:
@@ -61,16 +66,28 @@ def appended(receipt: Receipt) -> list[AppendedSignature]:
 
 def rests_on_proof(evidence: SignedCheckpoint, replaced: SigningKey, index: int | None) -> bool:
     """Whether `evidence`, the checkpoint a signature appended in place of one by `replaced`
-    rests on, shows that the receipt (leaf `index`) was logged before `replaced` was
-    compromised: it includes the leaf, it was signed before that compromise, and its own key
-    had not been compromised when it signed. Both by SigningKey.disowns, against the time the
-    database recorded for the signing (`checklog` holds every appended signature to it)."""
+    rests on, shows by the site's own record that the receipt (leaf `index`) was logged before
+    `replaced` was compromised: it includes the leaf, it was signed before that compromise,
+    and its own key had not been compromised when it signed. Both by SigningKey.disowns,
+    against the time the database recorded for the signing (`checklog` holds every appended
+    signature to it)."""
     return (
         index is not None
         and index < evidence.tree_size
         and not replaced.disowns(evidence.signed_at)
         and not evidence.signing_key.disowns(evidence.signed_at)
     )
+
+
+def witnessed_before(
+    evidence: SignedCheckpoint, replaced: SigningKey, index: int | None
+) -> Witnessed | None:
+    """`evidence` as the policy's witnesses cosigned it before `replaced` was compromised,
+    when they did and it includes leaf `index`: the stronger proof, anyone's to check
+    (SPEC, "Key compromise"). Judged again on every read; None without a policy."""
+    if index is None or not index < evidence.tree_size or replaced.compromised_at is None:
+        return None
+    return witnesses.for_size(evidence.tree_size, replaced.compromised_at)
 
 
 def shown(receipt: Receipt, data: bytes) -> Shown:
@@ -96,13 +113,19 @@ def shown(receipt: Receipt, data: bytes) -> Shown:
     for signature, before in zip(later, replaced, strict=True):
         key = signature.signing_key
         again = bytes(signature.signature)
-        if (
-            key.status != SigningKey.COMPROMISED
-            and keys.verify_signature(bytes(key.public_key), data, again)
-            and rests_on_proof(signature.evidence, before, receipt.log_index)
+        if key.status == SigningKey.COMPROMISED or not keys.verify_signature(
+            bytes(key.public_key), data, again
         ):
+            continue
+        witnessed = witnessed_before(signature.evidence, before, receipt.log_index)
+        if witnessed is not None or rests_on_proof(signature.evidence, before, receipt.log_index):
             return Shown(
-                key, again, True, _resigned(original, signature), evidence=signature.evidence
+                key,
+                again,
+                True,
+                _resigned(original, signature, witnessed),
+                evidence=signature.evidence,
+                witnessed=witnessed,
             )
     if not later:
         why = "" if verifies else " (and that signature does not verify either)"
@@ -133,7 +156,8 @@ def shown(receipt: Receipt, data: bytes) -> Shown:
             again,
             False,
             f"The receipt was signed by {_named(original)}; the signature {_named(key)} "
-            "appended rests on a checkpoint that does not show, by the site's own record, "
+            "appended rests on a checkpoint that does not show, by the witnesses' cosignatures "
+            "or the site's own record, "
             f"that the receipt was logged before key {replaced[0].kid} was compromised: it "
             "proves nothing.",
             compromised=replaced[0],
@@ -147,8 +171,20 @@ def shown(receipt: Receipt, data: bytes) -> Shown:
     )
 
 
-def _resigned(original: SigningKey, signature: AppendedSignature) -> str:
+def _resigned(
+    original: SigningKey, signature: AppendedSignature, witnessed: Witnessed | None
+) -> str:
     key = signature.signing_key
+    if witnessed is not None:
+        who = ", ".join(
+            f"{c.name} at {format_timestamp(c.time)}" for c in witnessed.cosigners
+        )
+        return (
+            f"The Ed25519 signature by {_named(key)} verifies. The receipt was first signed by "
+            f"{_named(original)}; the checkpoint of {witnessed.size} leaves, which includes "
+            f"it, was cosigned before then by the witnesses {who}, so key {key.kid} signed it "
+            f"again at {format_timestamp(signature.signed_at)}."
+        )
     return (
         f"The Ed25519 signature by {_named(key)} verifies. The receipt was first signed by "
         f"{_named(original)}; by the site's own record (its database's clock), the "

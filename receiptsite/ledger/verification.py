@@ -19,7 +19,7 @@ from receiptsite.evidence.declaration import COLUMNS, columns_of
 from receiptsite.integrity import merkle
 from receiptsite.integrity.canonical import is_canonical, sha256_hex
 from receiptsite.integrity.encoding import b64
-from receiptsite.ledger import log, signatures
+from receiptsite.ledger import log, signatures, witnesses
 from receiptsite.lib import memo
 from receiptsite.receipts.models import Receipt, format_timestamp
 
@@ -140,15 +140,22 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
     }
     if evidence is not None and evidence_proof is not None:
         # What anyone can check of the signature appended: the checkpoint it rests on, and
-        # the leaf's place in it. When it was signed is the site's own record (the check's
-        # detail says so in words; `signed_at_source` in data).
+        # the leaf's place in it. What shows it predates the compromise: the witnesses'
+        # cosignatures, dated (`signed_at_source` "witnesses"), else the site's own record of
+        # when it signed ("site"); the check's detail says which in words.
+        witnessed = signed.witnessed
         signature["evidence"] = {
-            "checkpoint": evidence.note,
+            "checkpoint": witnessed.note if witnessed is not None else evidence.note,
             "tree_size": evidence.tree_size,
             "leaf_index": receipt.log_index,
             "inclusion_proof": [b64(p) for p in evidence_proof],
             "signed_at": format_timestamp(evidence.signed_at),
-            "signed_at_source": "site",
+            "signed_at_source": "witnesses" if witnessed is not None else "site",
+            **(
+                {"cosigners": witnesses.cosigners_json(witnessed)}
+                if witnessed is not None
+                else {}
+            ),
         }
 
     results = {check["result"] for check in checks}
@@ -206,10 +213,19 @@ def _log_part(
             f"covers {signed.size} leaves, and the one that includes it is being signed.",
         }
         return None, check, _evidence_proof(index, evidence_size)
-    if evidence_size is None or not index < evidence_size:
-        proof, evidence_proof = log.inclusion_proof(index, signed.size), None
-    else:  # both proofs' nodes in one query
-        proof, evidence_proof = log.inclusion_proofs(index, [signed.size, evidence_size])
+    # Every proof the answer holds, their nodes read in one query: against the latest
+    # checkpoint, the witnessed one, and a re-signed receipt's evidence checkpoint.
+    sizes = [signed.size]
+    witnessed = witnesses.latest()  # no query without a policy
+    if witnessed is not None and index < witnessed.size:
+        sizes.append(witnessed.size)
+    else:
+        witnessed = None
+    if evidence_size is not None and index < evidence_size:
+        sizes.append(evidence_size)
+    proofs = dict(zip(sizes, log.inclusion_proofs(index, sizes), strict=True))
+    proof = proofs[signed.size]
+    evidence_proof = proofs.get(evidence_size) if evidence_size is not None else None
     if leaf is None:
         leaf = merkle.leaf_hash(data)
     included = merkle.verify_inclusion(leaf, index, signed.size, proof, signed.root)
@@ -227,6 +243,16 @@ def _log_part(
         "root_hash": b64(signed.root),
         "inclusion_proof": [b64(p) for p in proof],
         "checkpoint": signed.note,
+        # The largest checkpoint the policy's witnesses cosigned that includes the receipt,
+        # with their cosignature lines (ledger/witnesses.py); null without one.
+        "witnessed": None
+        if witnessed is None
+        else {
+            "checkpoint": witnessed.note,
+            "tree_size": witnessed.size,
+            "inclusion_proof": [b64(p) for p in proofs[witnessed.size]],
+            "cosigners": witnesses.cosigners_json(witnessed),
+        },
     }
     return log_json, check, evidence_proof
 

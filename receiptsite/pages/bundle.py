@@ -2,8 +2,9 @@
 
 `{"bundle": "receipt-bundle/v1", "verification": …, "keys": …, "tlog_proof": …}`: the
 verification JSON and the keys document exactly as their own routes serve them at this moment,
-and the verification's log proof once more in the c2sp.org/tlog-proof text format, so that
-standard tlog tooling can check the inclusion too. Nothing here computes a check of its own.
+and the verification's log proof once more in the c2sp.org/tlog-proof text format (against the
+witnessed checkpoint, cosignatures included, when there is one), so that standard tlog tooling
+can check the inclusion too. Nothing here computes a check of its own.
 """
 
 from __future__ import annotations
@@ -20,13 +21,17 @@ FORMAT = "receipt-bundle/v1"
 
 
 def tlog_proof(log_part: dict[str, Any] | None) -> str | None:
-    """The verification's `log` part as a c2sp.org/tlog-proof text (None while it has none)."""
+    """The verification's `log` part as a c2sp.org/tlog-proof text (None while it has none):
+    against the witnessed checkpoint, with its cosignature lines, when there is one (an
+    offline verifier with the witness policy then needs nothing else), else against the
+    latest checkpoint."""
     if log_part is None:
         return None
+    against = log_part.get("witnessed") or log_part
     return tlogproof.format_proof(
         log_part["index"],
-        [b64decode(h) for h in log_part["inclusion_proof"]],
-        log_part["checkpoint"],
+        [b64decode(h) for h in against["inclusion_proof"]],
+        against["checkpoint"],
     )
 
 

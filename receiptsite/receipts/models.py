@@ -692,3 +692,25 @@ class KeyStatement(models.Model):
 
     def __str__(self) -> str:
         return f"key statement {self.position}: {self.kid} {self.status}"
+
+
+class Cosignature(models.Model):
+    """A witness's cosignature of a checkpoint (c2sp.org/tlog-cosignature, cosignature/v1):
+    the signature line it answered to `manage.py witness` (ledger/witnesses.py), stored only
+    once it verified under the key WITNESS_POLICY_FILE gives that witness, and checked again
+    whenever it is read. Append-only (migrations/0018_cosignature). `cosigned_at` is the
+    witness's own timestamp, inside its signature: the third party's "this tree existed by
+    then"; `received_at` is the database's clock."""
+
+    checkpoint = models.ForeignKey(SignedCheckpoint, on_delete=models.PROTECT, related_name="+")
+    tree_size = models.BigIntegerField()  # the checkpoint's, for finding the largest witnessed
+    witness_key = models.CharField(max_length=255)  # the witness's verifier key string
+    line = models.TextField()  # the note signature line, without its newline
+    cosigned_at = models.DateTimeField()
+    received_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [models.Index(fields=["tree_size", "id"], name="cosignature_size")]
+
+    def __str__(self) -> str:
+        return f"cosignature of {self.tree_size} leaves by {self.witness_key.partition('+')[0]}"

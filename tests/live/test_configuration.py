@@ -18,6 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from receiptsite.integrity import cosignature
 from receiptsite.integrity.keys import generate_private_key_pem
 from tests.livesite import GUNICORN, PYTHON, REPO, SITE_VARIABLES, LiveSite, free_port
 
@@ -39,6 +40,10 @@ def folder(tmp_path: Path) -> Path:
         )
     )
     (tmp_path / "garbage.pem").write_text("not a key\n")
+    witness = cosignature.witness_vkey("witness.test.example/w1", bytes(range(32)))
+    (tmp_path / "policy-bad-line.txt").write_text(f"witness w1 {witness} http://w\nquorm w1\n")
+    (tmp_path / "policy-none.txt").write_text("quorum none\n")
+    (tmp_path / "policy-no-url.txt").write_text(f"witness w1 {witness}\nquorum w1\n")
     return tmp_path
 
 
@@ -87,6 +92,12 @@ BAD = [
     ("DEBUG", "maybe", "true or false"),
     ("SITE_URL", "ftp://receipts.example.org", "absolute http(s) URL"),
     ("TEXT_LIMIT", "lots", "whole number"),
+    ("WITNESS_POLICY_FILE", "{folder}/missing.txt", "does not exist"),
+    ("WITNESS_POLICY_FILE", "{folder}/policy-bad-line.txt", "line 2: unknown keyword 'quorm'"),
+    ("WITNESS_POLICY_FILE", "{folder}/policy-none.txt", "whose quorum is 'none'"),
+    ("WITNESS_POLICY_FILE", "{folder}/policy-no-url.txt", "needs its submission URL"),
+    ("WITNESS_INTERVAL", "often", "whole number"),
+    ("WITNESS_INTERVAL", "0", "at least 1"),
 ]
 
 

@@ -3,9 +3,18 @@ real processes stopping on a bad value are in tests/live/test_configuration.py).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from receiptsite.config import ConfigurationError, log_level, rate_limits, redis_url
+from receiptsite.config import (
+    ConfigurationError,
+    log_level,
+    rate_limits,
+    redis_url,
+    witness_policy,
+)
+from receiptsite.integrity import cosignature
 
 pytestmark = pytest.mark.unit
 
@@ -48,3 +57,30 @@ def test_log_levels_are_read_in_any_case() -> None:
     for bad in ["verbose", "20", "warn", "notset"]:
         with pytest.raises(ConfigurationError, match="^LOG_LEVEL "):
             log_level(bad)
+
+
+def test_a_witness_policy_is_read_once_and_held_to_the_sites_needs(tmp_path: Path) -> None:
+    w1 = cosignature.witness_vkey("w1.test.example/w", bytes(range(32)))
+    w2 = cosignature.witness_vkey("w2.test.example/w", bytes(range(1, 33)))
+    good = tmp_path / "policy.txt"
+    good.write_text(
+        f"# two witnesses, both needed\nwitness a {w1} http://127.0.0.1:9/a\n"
+        f"witness b {w2} https://witness.example/b/\ngroup both all a b\nquorum both\n"
+    )
+    read = witness_policy(str(good))
+    assert read is not None and read.satisfied({"a", "b"}) and not read.satisfied({"a"})
+    assert witness_policy("") is None
+    bad = {
+        "quorum none\n": "whose quorum is 'none'",
+        f"witness a {w1}\nquorum a\n": "witness 'a' needs its submission URL",
+        f"witness a {w1} ftp://w/\nquorum a\n": "witness 'a' needs its submission URL",
+        f"witness a {w1} http://w/?x=1\nquorum a\n": "witness 'a' needs its submission URL",
+        f"witness a {w1} http://w\nquorum b\n": "line 2: 'b' is not defined",
+    }
+    for text, words in bad.items():
+        good.write_text(text)
+        with pytest.raises(ConfigurationError, match="^WITNESS_POLICY_FILE ") as caught:
+            witness_policy(str(good))
+        assert words in str(caught.value)
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        witness_policy(str(tmp_path / "missing.txt"))

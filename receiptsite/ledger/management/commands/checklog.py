@@ -192,9 +192,10 @@ class Command(BaseCommand):
 
 def check_appended_signatures() -> list[str]:
     """Each signature `compromisekey` appended verifies under its key, over the receipt's
-    bytes, and rests on a checkpoint that includes the receipt and that the site's own record
-    shows signed before the key it took over from was compromised, by a key not compromised
-    then (signatures.rests_on_proof: the rule the verification JSON applies). A receipt whose
+    bytes, and rests on a checkpoint that includes the receipt and that the policy's witnesses
+    cosigned before the key it took over from was compromised, or that the site's own record
+    shows signed before then by a key not compromised then (signatures.witnessed_before,
+    signatures.rests_on_proof: the rules the verification JSON applies). A receipt whose
     content was erased by a withdrawal has no bytes to check."""
     problems: list[str] = []
     listed = SigningKey.objects.in_bulk()
@@ -214,7 +215,10 @@ def check_appended_signatures() -> list[str]:
         public = bytes(listed[appended.signing_key_id].public_key)
         if data and not keys.verify_signature(public, data, bytes(appended.signature)):
             problems.append(f"appended signature {appended.pk} does not verify")
-        elif not signatures.rests_on_proof(appended.evidence, replaced, receipt.log_index):
+        elif not (
+            signatures.rests_on_proof(appended.evidence, replaced, receipt.log_index)
+            or signatures.witnessed_before(appended.evidence, replaced, receipt.log_index)
+        ):
             problems.append(
                 f"appended signature {appended.pk} rests on no checkpoint from before the "
                 "compromise"

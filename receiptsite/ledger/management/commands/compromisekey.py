@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from receiptsite import config
 from receiptsite.integrity import keys, merkle, note
-from receiptsite.ledger import key_history, keyring, log
+from receiptsite.ledger import key_history, keyring, log, witnesses
 from receiptsite.lib.rfc3339 import parse_rfc3339
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import (
@@ -163,8 +163,16 @@ class Command(BaseCommand):
         not provably logged before `since`, and what was vouched for."""
         keyring.disown(old.kid)  # it signs nothing more, not even its successor's statement
         keyring.forget()
-        # Chosen before anything is signed here: what this command signs is never proof.
+        # Chosen before anything is signed here: what this command signs is never proof. The
+        # witnesses' word first (SPEC, "Key compromise": cosignatures dated before `since`),
+        # and then only it; the site's own record when no witnessed checkpoint predates it.
         evidence = evidence_before(since)
+        self.site_record = evidence
+        self.witnessed = witnesses.evidence_before(since)
+        if self.witnessed is not None:
+            evidence = SignedCheckpoint.objects.select_related("signing_key").get(
+                pk=self.witnessed.checkpoint_id
+            )
         # Retires the key that was active, if another than `old`; `old` signs nothing more.
         active = keyring.record(new, compromising=old.kid)
         # The compromise, a statement of the keys' history signed by the key that takes over.
@@ -260,7 +268,22 @@ class Command(BaseCommand):
         write = self.stdout.write
         write(f"Marked {old.kid} compromised as of {format_timestamp(since)}.")
         write(f"The active signing key is now {new.kid}; it signed the current tree head.")
-        if evidence is not None:
+        if evidence is not None and self.witnessed is not None:
+            who = ", ".join(
+                f"{c.name} at {format_timestamp(c.time)}" for c in self.witnessed.cosigners
+            )
+            write(
+                f"Signed again by {new.kid}: {resigned} receipt(s) in the checkpoint of "
+                f"{evidence.tree_size} leaves that the witness policy's quorum cosigned before "
+                f"then ({who})."
+            )
+            site = self.site_record
+            if site is not None and site.tree_size > evidence.tree_size:
+                write(
+                    f"Not signed again: {site.tree_size - evidence.tree_size} later receipt(s) "
+                    "that the site's own record, but no witness, shows logged before then."
+                )
+        elif evidence is not None:
             write(
                 f"Signed again by {new.kid}: {resigned} receipt(s) in the checkpoint of "
                 f"{evidence.tree_size} leaves signed at {format_timestamp(evidence.signed_at)} "
@@ -270,6 +293,12 @@ class Command(BaseCommand):
             write(
                 "No checkpoint was signed before that time (by the database's record): no "
                 "receipt was signed again."
+            )
+        if evidence is not None and self.witnessed is None and witnesses.policy() is not None:
+            write(
+                "No checkpoint was cosigned by the witness policy's quorum before then: this "
+                "rests on the site's own record of when it signed, which a verifier with the "
+                "policy does not take."
             )
         if skipped:
             write(
