@@ -398,3 +398,27 @@ def test_tiles_and_witnesses_leave_the_checkpoint_route_unchanged(
     assert served == latest_checkpoint().note  # the site's signature alone
     assert client.get("/log/checkpoint").content.decode() == served
 
+
+
+def test_checklog_checks_every_stored_cosignature(producer: Producer, settings: Any) -> None:
+    from django.core.management.base import CommandError
+
+    from tests.conftest import lift_guard
+
+    rules = two_of_two(settings)
+    producer.publish()
+    cosign(rules, "w1", "w2")
+    out = StringIO()
+    call_command("checklog", stdout=out)
+    assert out.getvalue().startswith("OK:")
+    # A cosignature changed behind the site's back: its time, so its signature fails.
+    row = Cosignature.objects.order_by("id").first()
+    assert row is not None
+    blob = bytearray(base64.b64decode(row.line.split(" ")[2]))
+    blob[11] ^= 1
+    lift_guard(Cosignature._meta.db_table)
+    Cosignature.objects.filter(pk=row.pk).update(
+        line=f"— {key_name('w1')} {base64.b64encode(bytes(blob)).decode()}"
+    )
+    with pytest.raises(CommandError, match=f"cosignature {row.pk} .*does not verify"):
+        call_command("checklog", stdout=StringIO())

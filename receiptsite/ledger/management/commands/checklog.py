@@ -7,12 +7,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from receiptsite.integrity import keys, merkle, note
+from receiptsite.integrity import cosignature, keys, merkle, note
 from receiptsite.integrity.encoding import b64
-from receiptsite.ledger import key_history, log, signatures
+from receiptsite.ledger import key_history, log, signatures, witnesses
 from receiptsite.receipts.models import (
     AppendedSignature,
     Checkpoint,
+    Cosignature,
     LogEntry,
     LogNode,
     SignedCheckpoint,
@@ -79,6 +80,7 @@ class Command(BaseCommand):
             problems.append(error.reason)
         problems += self.check_latest_signed(leaves, current)
         problems += check_appended_signatures()
+        problems += check_cosignatures(leaves)
         statements, key_problems = key_history.check()
         problems += key_problems
 
@@ -223,4 +225,31 @@ def check_appended_signatures() -> list[str]:
                 f"appended signature {appended.pk} rests on no checkpoint from before the "
                 "compromise"
             )
+    return problems
+
+
+def check_cosignatures(leaves: list[bytes]) -> list[str]:
+    """Every stored witness cosignature verifies, under the witness key it was stored with,
+    over the checkpoint it names, and that checkpoint is a tree of this log (its size, and the
+    stored root at that size, which the check of every stored size holds to the recomputed
+    leaves): the site stores a cosignature only once it verifies, so one that does not was
+    changed or added behind the site's back (ledger/witnesses.py)."""
+    problems: list[str] = []
+    roots: dict[int, bytes | None] = {}
+    rows = Cosignature.objects.select_related("checkpoint").order_by("id")
+    for row in rows.iterator(chunk_size=2000):
+        body = witnesses.body_of(row.checkpoint.note)
+        try:
+            _, size, root = note.parse_checkpoint(body)
+            key = cosignature.witness_key(row.witness_key)
+        except ValueError:
+            problems.append(f"cosignature {row.pk}: its checkpoint or witness key does not read")
+            continue
+        read = cosignature.parse_line(row.line)
+        if read is None or not cosignature.verify(read, key, body):
+            problems.append(f"cosignature {row.pk} (by {key.name}) does not verify")
+        elif size != row.tree_size or size > len(leaves) or root != roots.setdefault(
+            size, log.root_at(size)
+        ):
+            problems.append(f"cosignature {row.pk} (by {key.name}) is of no tree of this log")
     return problems
