@@ -11,6 +11,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from receiptsite_client.verify import BUNDLE_CHECK_NAMES, CHECK_NAMES
 
 REPO = Path(__file__).resolve().parents[3]
 VECTORS = REPO / "vectors"
@@ -18,6 +19,9 @@ CLI = REPO / ".venv" / "bin" / "receipt-verify"
 PYTHON = REPO / ".venv" / "bin" / "python"
 MANIFEST: dict[str, Any] = json.loads((VECTORS / "manifest.json").read_text("utf-8"))
 EXIT = {"valid": 0, "invalid": 1, "could_not_check": 2}
+# The checks made without --policy: `witnesses` is made only with one.
+WITHOUT_POLICY = [name for name in CHECK_NAMES if name != "witnesses"]
+BUNDLE_WITHOUT_POLICY = [name for name in BUNDLE_CHECK_NAMES if name != "witnesses"]
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -1,14 +1,19 @@
 """Checking a verification JSON (as `/api/receipt/<id>/verify` serves it) from its bytes: the
 canonical form, the hash, the receipt id, the signature, the inclusion proof, the checkpoint
-and its signature, each recomputed here. The `status` and `checks` the site puts in the JSON
-are its own claims and are never read."""
+and its signature, and, with a witness policy, the witnesses' cosignatures (witnesses.py), each
+recomputed here. The `status` and `checks` the site puts in the JSON are its own claims and are
+never read.
+
+Whom to trust (choose_trust): a pinned key (and the keys the keys' history hands over to from
+it), or the `log` keys of a tlog policy (each taken as a pinned key is), or, given both, only
+the keys both vouch for; else the keys document's listed keys."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-from datetime import datetime
+from dataclasses import dataclass, field
 from typing import Any
 
 from receiptsite_client.verify.encoding import b64decode
@@ -21,7 +26,14 @@ from receiptsite_client.verify.keys import (
 )
 from receiptsite_client.verify.merkle import HASH_SIZE, leaf_hash, verify_inclusion
 from receiptsite_client.verify.note import note_key_id, parse_checkpoint, parse_note
+from receiptsite_client.verify.policy import Policy, trusted_log_keys
 from receiptsite_client.verify.result import FAIL, PASS, UNCHECKED, Check, Result
+from receiptsite_client.verify.witnesses import (
+    check_witnesses,
+    instant,
+    witnessed_evidence,
+    witnessed_note,
+)
 
 CHECK_NAMES = (
     "canonical_form",
@@ -31,7 +43,87 @@ CHECK_NAMES = (
     "log_inclusion",
     "checkpoint",
     "checkpoint_signature",
+    "witnesses",  # with a witness policy only
 )
+
+# How a trusted key came to be trusted, in the words the checks use.
+PINNED, LISTED, BY_POLICY, BOTH = "pinned", "listed", "policy", "both"
+_WHERE = {
+    PINNED: "the pinned key",
+    LISTED: "a key the keys document lists",
+    BY_POLICY: "a log key of the policy",
+    BOTH: "a key that both --key and --policy trust",
+}
+
+
+@dataclass
+class Trust:
+    """The keys to check signatures against (None: there are none, so those checks could not
+    be made), how they came to be trusted, the policy (None: witnesses are only reported), and
+    what was said about the choice."""
+
+    keys: list[TrustedKey] | None
+    source: str = LISTED
+    policy: Policy | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _log_origin(verification: object) -> str | None:
+    log = verification.get("log") if isinstance(verification, dict) else None
+    origin = log.get("origin") if isinstance(log, dict) else None
+    return origin if isinstance(origin, str) else None
+
+
+def choose_trust(
+    verification: object,
+    keys: dict[str, Any] | None,
+    pinned_x: str | None,
+    *,
+    policy: Policy | None = None,
+    keys_pinned: bool = False,
+) -> Trust:
+    """Which keys vouch for the receipt and its log.
+
+    `pinned_x` (a base64url key) or `keys_pinned` (`keys` is a keys document the user gave)
+    pin keys; a policy's `log` lines pin keys too, those for the verification's log origin,
+    each followed through the keys' history as a pinned key is. Given both, only keys that
+    both vouch for are trusted, and none in common means nothing can be checked: two pins
+    that disagree are a mistake to report, not a receipt to fail. A policy with no `log` line
+    pins nothing: the keys are chosen as without it."""
+    key_given = pinned_x is not None or keys_pinned
+    trust = Trust(None, PINNED if pinned_x is not None else LISTED, policy)
+    try:
+        key_side = keys_to_check_against(keys, pinned_x)
+    except ValueError as error:
+        trust.notes.append(f"The pinned key is not usable ({error}).")
+        return trust
+    if key_side is not None and keys is not None:
+        trust.notes.extend(f"Ignored: {p}." for p in listed_keys(keys)[1])
+    if policy is None or not policy.logs:
+        trust.keys = key_side
+        return trust
+    origin = _log_origin(verification)
+    policy_side = trusted_log_keys(policy, keys, origin)
+    if not policy_side:
+        known = ", ".join(sorted({log.origin for log in policy.logs}))
+        trust.notes.append(f"The policy names no log of origin {origin!r} (it names {known}).")
+    if not key_given or key_side is None:
+        trust.keys, trust.source = policy_side, BY_POLICY
+        return trust
+    by_kid = {key.kid: key for key in policy_side}
+    both = [
+        key if by_kid[key.kid].status != "compromised" else by_kid[key.kid]
+        for key in key_side
+        if key.kid in by_kid
+    ]
+    if not both:
+        trust.notes.append(
+            "--key and --policy trust no key in common, so the signatures could not be "
+            "checked: give the one you trust, or a key the policy's log lines name."
+        )
+        return trust
+    trust.keys, trust.source = both, BOTH
+    return trust
 
 
 def _is_count(value: object) -> bool:
@@ -58,17 +150,18 @@ def _log_fields(log: object) -> tuple[int, int, bytes, list[bytes]]:
 def _check_signature(
     data: bytes,
     verification: dict[str, Any],
-    trusted: list[TrustedKey] | None,
-    pinned: bool,
+    trust: Trust,
     keys: dict[str, Any] | None = None,
 ) -> Check:
     name = "signature"
+    trusted = trust.keys
     if trusted is None:
         return Check(
             name,
             UNCHECKED,
             "No key to check the signature against, so the signer was not checked: give one "
-            "with --key (a keys document or a base64url Ed25519 key).",
+            "with --key (a keys document or a base64url Ed25519 key) or --policy (a tlog-policy "
+            "file whose log lines name the site's keys).",
         )
     signature = verification.get("signature")
     if not isinstance(signature, dict):
@@ -84,12 +177,12 @@ def _check_signature(
         return Check(name, FAIL, f"The signature value is {error}.")
     key = next((k for k in trusted if k.kid == kid), None)
     if key is None:
-        where = "the pinned key" if pinned else "a key the keys document lists"
         known = ", ".join(k.kid for k in trusted) or "none"
         return Check(
             name,
             FAIL,
-            f"The receipt was signed by key {kid}, which is not {where} (known: {known}).",
+            f"The receipt was signed by key {kid}, which is not {_WHERE[trust.source]} "
+            f"(known: {known}).",
         )
     if key.status == "compromised":
         # The site shows the newest signature that counts (a receipt logged before the
@@ -102,32 +195,38 @@ def _check_signature(
         )
     if not ed25519_verify(key.raw, value, data):
         return Check(name, FAIL, f"The Ed25519 signature does not verify under key {kid}.")
-    how = "the pinned key" if pinned else f"the listed key ({key.status})"
+    how = {
+        PINNED: "the pinned key",
+        BY_POLICY: "the policy's log key",
+        BOTH: "the key that --key and --policy both trust,",
+    }.get(trust.source, f"the listed key ({key.status})")
     verified = f"The Ed25519 signature verifies under {how} {kid}."
     if "evidence" not in signature:
         return Check(name, PASS, verified)
-    problem, words = _evidence_problem(
-        data, signature["evidence"], verification, keys, trusted, key.kid
-    )
-    if problem is not None:
-        return Check(
-            name,
-            FAIL,
-            f"{verified} It was appended after a key compromise, but its evidence does not "
-            f"hold: {problem}.",
+    evidence = signature["evidence"]
+    if trust.policy is not None and isinstance(evidence, dict):
+        listed = listed_keys(keys)[0] if keys is not None else []
+        known_keys = {k.kid: k for k in [*trusted, *listed]}
+        result, words = witnessed_evidence(
+            leaf_hash(data),
+            evidence,
+            _log_origin(verification),
+            trust.policy,
+            list(known_keys.values()),
+            keys is not None,
         )
-    return Check(name, PASS, f"{verified} {words}")
-
-
-def _instant(value: object) -> datetime | None:
-    """An RFC 3339 timestamp with its offset, or None."""
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
+    else:
+        problem, words = _evidence_problem(data, evidence, verification, keys, trusted, key.kid)
+        result = PASS if problem is None else FAIL
+        words = words if problem is None else problem
+    if result == PASS:
+        return Check(name, PASS, f"{verified} {words}")
+    how_bad = "does not hold" if result == FAIL else "could not be checked"
+    return Check(
+        name,
+        result,
+        f"{verified} It was appended after a key compromise, but its evidence {how_bad}: {words}.",
+    )
 
 
 def _evidence_problem(
@@ -194,7 +293,7 @@ def _evidence_problem(
     )
     if not included:
         return f"the proof does not put the receipt's leaf {index} in its checkpoint's tree", ""
-    signed_at = _instant(evidence.get("signed_at"))
+    signed_at = instant(evidence.get("signed_at"))
     if signed_at is None:
         return "its signed_at is not an RFC 3339 timestamp", ""
     # The compromise it predates: its own key's, else that of a key marked compromised (the
@@ -205,13 +304,19 @@ def _evidence_problem(
     if not compromised:
         return "no listed key is marked compromised, so there is nothing it predates", ""
     for key in compromised:
-        since = _instant(key.compromised_at)
+        since = instant(key.compromised_at)
         if since is not None and signed_at < since:
+            witnessed = (
+                " The site says witnesses cosigned that checkpoint too; their cosignatures "
+                "were not checked, as no --policy was given."
+                if evidence.get("signed_at_source") == "witnesses"
+                else ""
+            )
             return None, (
                 f"It was appended after key {key.kid} was compromised, resting on the "
                 f"checkpoint of {size} leaves key {signer.kid} signed, by the site's own "
                 f"record, at {evidence.get('signed_at')}, before {key.compromised_at}; leaf "
-                f"{index} is in it."
+                f"{index} is in it.{witnessed}"
             )
     named = ", ".join(f"key {k.kid} ({k.compromised_words()})" for k in compromised)
     return f"its checkpoint was signed at {evidence.get('signed_at')}, not before {named}", ""
@@ -222,9 +327,11 @@ def check_checkpoint(
     log: dict[str, Any],
     keys: dict[str, Any] | None,
     trusted: list[TrustedKey] | None,
+    *,
+    what: str = "log",
 ) -> tuple[Check, Check]:
     """The `checkpoint` (content) and `checkpoint_signature` checks of a signed checkpoint
-    that is to stand for the tree `log` describes."""
+    that is to stand for the tree `log` describes (`what` names it in the words)."""
     try:
         note = parse_note(note_text)
     except ValueError as error:
@@ -239,15 +346,15 @@ def check_checkpoint(
         origin, size, root = parse_checkpoint(note.text)
         problems = []
         if origin != claimed_origin:
-            problems.append(f"its origin is {origin!r}, not log.origin {claimed_origin!r}")
+            problems.append(f"its origin is {origin!r}, not {what}.origin {claimed_origin!r}")
         if isinstance(keys_origin, str) and origin != keys_origin:
             problems.append(
                 f"its origin is {origin!r}, not the keys document's log {keys_origin!r}"
             )
         if size != log.get("tree_size"):
-            problems.append(f"its size is {size}, not log.tree_size {log.get('tree_size')}")
+            problems.append(f"its size is {size}, not {what}.tree_size {log.get('tree_size')}")
         if base64.b64encode(root).decode("ascii") != log.get("root_hash"):
-            problems.append("its root hash is not log.root_hash")
+            problems.append(f"its root hash is not {what}.root_hash")
         content = (
             Check(
                 "checkpoint",
@@ -323,13 +430,18 @@ def verify_verification(
     pinned_x: str | None,
     *,
     expected_id: str | None = None,
+    policy: Policy | None = None,
+    keys_pinned: bool = False,
 ) -> Result:
     """Check a verification JSON (as `/api/receipt/<id>/verify` serves it) from its bytes.
 
     `keys`: a keys document or None; `pinned_x`: a base64url Ed25519 public key to trust
-    alone (then `keys` only contributes `compromised` marks and the log's name). With
-    neither, the signature checks are "could not check". `expected_id`: the id the caller
-    asked for (from a URL), which the document's id must equal too.
+    alone (then `keys` only contributes `compromised` marks, its history and the log's name).
+    `policy`: a tlog policy, whose log keys are trusted as pinned keys are and whose witnesses
+    must have cosigned (the `witnesses` check); `keys_pinned`: `keys` is a document the user
+    gave, not the site's (it then pins its keys as --key does). With no key at all, the
+    signature checks are "could not check". `expected_id`: the id the caller asked for (from
+    a URL), which the document's id must equal too.
     """
     result = Result()
     if not isinstance(verification, dict):
@@ -339,16 +451,12 @@ def verify_verification(
         return result
     receipt_id = verification.get("receipt_id")
     result.receipt_id = receipt_id if isinstance(receipt_id, str) else None
-    try:
-        trusted = keys_to_check_against(keys, pinned_x)
-    except ValueError as error:
-        trusted = None
-        result.notes.append(f"The pinned key is not usable ({error}).")
-    if trusted is not None and keys is not None:
-        result.notes.extend(f"Ignored: {p}." for p in listed_keys(keys)[1])
+    trust = choose_trust(verification, keys, pinned_x, policy=policy, keys_pinned=keys_pinned)
+    result.notes.extend(trust.notes)
+    trusted = trust.keys
 
     if verification.get("status") == "withdrawn":
-        return _verify_withdrawn(verification, keys, trusted, result, pinned_x is not None)
+        return _verify_withdrawn(verification, keys, trust, result)
 
     # canonical_form
     data: bytes | None
@@ -410,21 +518,47 @@ def verify_verification(
         else:
             result.checks.append(Check("receipt_id", PASS, f"The document's id is {doc_id}."))
         # signature
-        result.checks.append(
-            _check_signature(data, verification, trusted, pinned=pinned_x is not None, keys=keys)
-        )
+        result.checks.append(_check_signature(data, verification, trust, keys))
         # log_inclusion
         result.checks.append(_check_inclusion(leaf_hash(data), verification.get("log")))
 
     log = verification.get("log")
     if isinstance(log, dict):
         result.checks.extend(check_checkpoint(log.get("checkpoint"), log, keys, trusted))
+        _add_witnesses(result, log, leaf_hash(data) if data is not None else None, keys, trust)
     else:
         for name in ("checkpoint", "checkpoint_signature"):
             result.checks.append(
                 Check(name, FAIL, "The verification gives no log proof, so no checkpoint.")
             )
     return result
+
+
+def log_name(log: dict[str, Any], keys: dict[str, Any] | None) -> str | None:
+    """The key name the log signs its checkpoints under: its origin, as the keys document
+    states it (else as the verification does)."""
+    keys_log = keys.get("log") if isinstance(keys, dict) else None
+    keys_origin = keys_log.get("origin") if isinstance(keys_log, dict) else None
+    if isinstance(keys_origin, str):
+        return keys_origin
+    origin = log.get("origin")
+    return origin if isinstance(origin, str) else None
+
+
+def _add_witnesses(
+    result: Result,
+    log: dict[str, Any],
+    leaf: bytes | None,
+    keys: dict[str, Any] | None,
+    trust: Trust,
+) -> None:
+    """With a policy, the `witnesses` check; without, what the site says of them, as a note."""
+    if trust.policy is None:
+        said = witnessed_note(log)
+        if said is not None:
+            result.notes.append(said)
+        return
+    result.checks.append(check_witnesses(log, leaf, trust.policy, trust.keys, log_name(log, keys)))
 
 
 def _check_inclusion(leaf: bytes, log: object) -> Check:
@@ -449,9 +583,8 @@ def _check_inclusion(leaf: bytes, log: object) -> Check:
 def _verify_withdrawn(
     verification: dict[str, Any],
     keys: dict[str, Any] | None,
-    trusted: list[TrustedKey] | None,
+    trust: Trust,
     result: Result,
-    pinned: bool,
 ) -> Result:
     """A withdrawn receipt: its content is erased; its place in the log can be shown, and the
     withdrawal's own signed statement checked."""
@@ -463,18 +596,21 @@ def _verify_withdrawn(
             f"{verification.get('reason')}); its content is erased, so it is no evidence now.",
         )
     )
+    leaf: bytes | None
     try:
         leaf = b64decode(verification.get("leaf_hash"))
         if len(leaf) != HASH_SIZE:
             raise ValueError("not 32 bytes")
     except ValueError as error:
         result.checks.append(Check("log_inclusion", FAIL, f"The leaf hash is {error}."))
+        leaf = None
     else:
         result.checks.append(_check_inclusion(leaf, verification.get("log")))
     log = verification.get("log")
     if isinstance(log, dict):
-        result.checks.extend(check_checkpoint(log.get("checkpoint"), log, keys, trusted))
-    result.checks.append(_check_statement(verification, trusted, pinned))
+        result.checks.extend(check_checkpoint(log.get("checkpoint"), log, keys, trust.keys))
+        _add_witnesses(result, log, leaf, keys, trust)
+    result.checks.append(_check_statement(verification, trust))
     return result
 
 
@@ -482,9 +618,7 @@ def _verify_withdrawn(
 _STATED = ("receipt_id", "withdrawn_at", "reason", "leaf_hash")
 
 
-def _check_statement(
-    verification: dict[str, Any], trusted: list[TrustedKey] | None, pinned: bool
-) -> Check:
+def _check_statement(verification: dict[str, Any], trust: Trust) -> Check:
     """The withdrawal's signed statement: its bytes have its hash, the site's key signed them,
     and it states the withdrawal the answer describes."""
     name = "withdrawal_statement"
@@ -498,7 +632,7 @@ def _check_statement(
         return Check(name, FAIL, f"The statement's bytes are not JSON in base64 ({error}).")
     if not isinstance(stated, dict) or hashlib.sha256(data).hexdigest() != statement.get("hash"):
         return Check(name, FAIL, "The statement's bytes do not have the statement's hash.")
-    signed = _check_signature(data, statement, trusted, pinned)
+    signed = _check_signature(data, statement, trust)
     if signed.result != PASS:
         return Check(name, signed.result, f"The statement's signature: {signed.detail}")
     differ = [key for key in _STATED if stated.get(key) != verification.get(key)]

@@ -9,6 +9,7 @@ that)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from receiptsite_client.verify import keychain
 from receiptsite_client.verify.encoding import b64url, b64url_decode
 from receiptsite_client.verify.jcs import jcs
+from receiptsite_client.verify.note import Note, note_key_id
 
 PUBLIC_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
@@ -131,7 +133,7 @@ def trusted_keys(keys: dict[str, Any] | None, pinned_x: str | None) -> list[Trus
     if chain is not None and not chain.problems and kid in chain.order:
         # Follow the history from the pinned key: it and every key stated after it, each
         # handed over to by the keys before (keychain.py), as the history vouches for them.
-        after = set(chain.order[chain.order.index(kid):])
+        after = set(chain.order[chain.order.index(kid) :])
         return [key for key in listed if key.kid in after]
     return [TrustedKey(raw, kid, "pinned")]
 
@@ -144,3 +146,23 @@ def keys_to_check_against(
     if keys is None and pinned_x is None:
         return None
     return trusted_keys(keys, pinned_x)
+
+
+def note_signatures(
+    note: Note, name: str, candidates: Iterable[TrustedKey]
+) -> tuple[list[TrustedKey], list[TrustedKey]]:
+    """Which of `candidates` signed `note` under the key name `name`: (the keys whose
+    signature verifies, the keys a signature line claims and whose signature does not).
+    Lines of other names or key ids are not theirs and are left alone (c2sp.org/signed-note)."""
+    by_id: dict[bytes, list[TrustedKey]] = {}
+    for key in candidates:
+        by_id.setdefault(note_key_id(name, key.raw), []).append(key)
+    message = note.text.encode("utf-8")
+    verified: list[TrustedKey] = []
+    failed: list[TrustedKey] = []
+    for sig_name, key_id, signature in note.signatures:
+        if sig_name != name:
+            continue
+        for key in by_id.get(key_id, []):
+            (verified if ed25519_verify(key.raw, signature, message) else failed).append(key)
+    return verified, failed

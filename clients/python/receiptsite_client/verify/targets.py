@@ -4,9 +4,12 @@ base64url Ed25519 `x`), read or fetched over HTTP(S); then the keys to trust are
 verification or bundle checked (verify_target). Anything that cannot be had is CouldNotCheck.
 
 Whom to trust: a pinned KEY, and the keys the keys document's history hands over to from it
-(keys.py); else, for a URL, the key the site publishes (said to be not independent); a saved
-file checked without KEY cannot say who signed it, whatever keys it carries, so its signatures
-are not checked and the verdict is at best "could not check"."""
+(keys.py); or the `log` keys of a --policy file, each taken as a pinned key is (the site signs
+receipts and checkpoints with one key, so a policy alone pins the site); given both, only the
+keys both vouch for (checks.choose_trust). Else, for a URL, the key the site publishes (said to
+be not independent); a saved file checked with neither cannot say who signed it, whatever keys
+it carries, so its signatures are not checked and the verdict is at best "could not check".
+With --policy the witnesses' cosignatures are required too (witnesses.py)."""
 
 from __future__ import annotations
 
@@ -23,9 +26,11 @@ from receiptsite_client.verify.bundle import BUNDLE_FORMAT, verify_bundle
 from receiptsite_client.verify.checks import verify_verification
 from receiptsite_client.verify.encoding import b64url_decode
 from receiptsite_client.verify.keys import PUBLIC_KEY_SIZE
+from receiptsite_client.verify.policy import Policy, parse_policy
 from receiptsite_client.verify.result import UNCHECKED, Check, Result
 
 DEFAULT_TIMEOUT = 15.0  # seconds, for one HTTP request
+MAX_POLICY_BYTES = 1 << 20  # a policy of 32 logs, witnesses and groups is a few KiB
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _RUN_PATH = re.compile(rf"^(?P<prefix>.*)/run/(?P<id>{_UUID})/?$")
@@ -42,7 +47,8 @@ TRUST_NOTE = (
 SAVED_FILE_NOTE = (
     "The signer was not checked: {source} is a saved file, and a saved file cannot say who "
     "signed it, whatever keys it carries. Pin a key you got elsewhere with --key=KEY (a keys "
-    "document file or its base64url x) to check its signatures."
+    "document file or its base64url x), or give --policy FILE (a tlog-policy file whose log "
+    "lines name the site's keys), to check its signatures."
 )
 
 
@@ -157,6 +163,23 @@ def load_key(key: str) -> tuple[dict[str, Any] | None, str | None]:
     return None, key.strip()
 
 
+def load_policy(path: str) -> Policy:
+    """The tlog policy in the file `path`; CouldNotCheck if it cannot be read or is not one
+    (the words name the line)."""
+    try:
+        with Path(path).open("rb") as file:
+            data = file.read(MAX_POLICY_BYTES + 1)
+    except OSError as error:
+        raise CouldNotCheck(f"cannot read the policy {path} ({error.strerror or error})") from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise CouldNotCheck(f"the policy {path} is larger than {MAX_POLICY_BYTES} bytes")
+    try:
+        return parse_policy(data)
+    except ValueError as error:
+        problem = f"the policy {path} is not a c2sp.org/tlog-policy file: {error}"
+    raise CouldNotCheck(problem)
+
+
 def _site_keys(loaded: Target, timeout: float) -> dict[str, Any] | None:
     """The keys document the verification names, or None when it names none or it cannot be
     had (the pinned key alone is then trusted)."""
@@ -171,19 +194,27 @@ def _site_keys(loaded: Target, timeout: float) -> dict[str, Any] | None:
     return fetched if isinstance(fetched, dict) else None
 
 
-def verify_target(target: str, key: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Result:
-    """What receipt-verify does: load TARGET and KEY, fetch what is missing, check."""
+def verify_target(
+    target: str,
+    key: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    policy: str | None = None,
+) -> Result:
+    """What receipt-verify does: load TARGET, KEY and the policy file, fetch what is missing,
+    check."""
     try:
         pinned_keys, pinned_x = load_key(key) if key is not None else (None, None)
+        witness_policy = load_policy(policy) if policy is not None else None
         loaded = load_target(target, timeout)
     except CouldNotCheck as error:
         return Result(checks=[Check("target", UNCHECKED, f"Could not check: {error}.")])
 
     notes: list[str] = []
     keys: dict[str, Any] | None
-    if key is not None:
-        # The pinned key decides; a bundle's keys can still mark it compromised, and their
-        # history hand over from it to a later key (keychain.py).
+    if key is not None or (witness_policy is not None and witness_policy.logs):
+        # The pinned key, or the policy's log keys, decide; a bundle's keys can still mark
+        # them compromised, and their history hand over from them to a later key
+        # (keychain.py).
         keys = pinned_keys if pinned_keys is not None else loaded.keys
         if keys is None and not loaded.saved:
             # A live site: its keys document, believed only as far as its history leads from
@@ -209,12 +240,25 @@ def verify_target(target: str, key: str | None = None, timeout: float = DEFAULT_
                 notes.append(TRUST_NOTE.format(source=keys_url))
             except CouldNotCheck as error:
                 notes.append(f"No key: {error}; pin one with --key.")
+    keys_pinned = pinned_keys is not None
     if loaded.bundle is not None:
         # A bundle also carries its log proof as a c2sp.org/tlog-proof text.
-        result = verify_bundle(loaded.bundle, keys, pinned_x, expected_id=loaded.expected_id)
+        result = verify_bundle(
+            loaded.bundle,
+            keys,
+            pinned_x,
+            expected_id=loaded.expected_id,
+            policy=witness_policy,
+            keys_pinned=keys_pinned,
+        )
     else:
         result = verify_verification(
-            loaded.verification, keys, pinned_x, expected_id=loaded.expected_id
+            loaded.verification,
+            keys,
+            pinned_x,
+            expected_id=loaded.expected_id,
+            policy=witness_policy,
+            keys_pinned=keys_pinned,
         )
     result.notes[:0] = notes
     return result
