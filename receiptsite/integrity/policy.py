@@ -30,7 +30,7 @@ NONE = "none"
 MAX_ENTRIES = 256
 # tab, newline, printable ASCII, and every octet with the high bit set (opaque, e.g. UTF-8)
 _ALLOWED = re.compile(rb"[\t\n\x20-\x7e\x80-\xff]*")
-_THRESHOLD = re.compile(r"[1-9][0-9]*")
+_THRESHOLD = re.compile(r"[0-9]+")  # decimal; 1 <= k <= n is checked apart
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,7 @@ def parse(data: bytes) -> Policy:
     order: list[str] = []
     quorum: str | None = None
     seen_keys: set[tuple[str, bytes]] = set()
+    members_seen: set[str] = set()
     for number, raw in enumerate(text.split("\n"), start=1):
         words = raw.replace("\t", " ").split()
         if not words or words[0].startswith("#"):
@@ -163,13 +164,19 @@ def parse(data: bytes) -> Policy:
                     raise PolicyError(number, "'none' cannot be a group member")
                 if member not in witnesses and member not in groups:
                     raise PolicyError(number, f"{member!r} is not defined on an earlier line")
-            if len(set(members)) != len(members):
-                raise PolicyError(number, f"group {name!r} lists a member twice")
+            # "Each defined name can be listed as a group member at most once": in the whole
+            # file, so that a witness contributes to the quorum in one way only.
+            for member in members:
+                if member in members_seen:
+                    raise PolicyError(
+                        number, f"{member!r} is a group member twice (a name may be one once)"
+                    )
+                members_seen.add(member)
             if k == "all":
                 threshold = len(members)
             elif k == "any":
                 threshold = 1
-            elif _THRESHOLD.fullmatch(k) and int(k) <= len(members):
+            elif _THRESHOLD.fullmatch(k) and 1 <= int(k) <= len(members):
                 threshold = int(k)
             else:
                 raise PolicyError(

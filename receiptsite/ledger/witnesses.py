@@ -144,12 +144,24 @@ _KEY = SigningKey._meta.db_table
 _HEAD = Checkpoint._meta.db_table
 # The cosignatures of the WINDOW largest cosigned sizes below a bound, with the note each
 # cosigned, its key's standing and the stored tree's root at its size: one round trip.
+# A cosignature signs the checkpoint's body, not the log's signature line: it stands beside
+# any note of that tree the log signed (tlog-witness: a client "can move the valid signatures
+# to its own view of the checkpoint"). Readers get the newest note of the tree by a key that
+# still counts (after a key compromise, the new key's note of the same tree), `latest` here.
+_COUNTS = (
+    f"NOT (k2.status = '{SigningKey.COMPROMISED}' "
+    "AND (k2.compromised_at IS NULL OR s2.signed_at >= k2.compromised_at))"
+)
 _WINDOW = (
     f"SELECT c.tree_size, c.witness_key, c.line, s.id, s.note, s.signed_at, k.status, "
-    f"k.compromised_at, h.root_hash FROM {_TABLE} AS c "
+    f"k.compromised_at, h.root_hash, latest.id, latest.note, latest.signed_at "
+    f"FROM {_TABLE} AS c "
     f"JOIN {_SIGNED} AS s ON s.id = c.checkpoint_id "
     f"JOIN {_KEY} AS k ON k.id = s.signing_key_id "
     f"LEFT JOIN {_HEAD} AS h ON h.tree_size = c.tree_size "
+    f"LEFT JOIN {_SIGNED} AS latest ON latest.id = (SELECT s2.id FROM {_SIGNED} AS s2 "
+    f"JOIN {_KEY} AS k2 ON k2.id = s2.signing_key_id WHERE s2.tree_size = c.tree_size "
+    f"AND {_COUNTS} ORDER BY s2.id DESC LIMIT 1) "
     f"WHERE c.tree_size IN (SELECT DISTINCT tree_size FROM {_TABLE} WHERE tree_size < %s "
     f"ORDER BY tree_size DESC LIMIT {WINDOW}) "
     f"ORDER BY c.tree_size DESC, c.id"
@@ -199,7 +211,7 @@ def _witnessed(
     earliest: dict[str, Cosigned] = {}  # policy name -> its earliest counted cosignature
     notes: list[tuple[int, str, datetime]] = []
     for row in group:
-        _size, vkey, line, checkpoint_id, text, signed_at, status, compromised_at, root = row
+        _size, vkey, line, checkpoint_id, text, signed_at, status, compromised_at, root = row[:9]
         body = body_of(text)
         try:
             _origin, noted_size, noted_root = note.parse_checkpoint(body)
@@ -228,6 +240,10 @@ def _witnessed(
     if not notes or not rules.satisfied(earliest):
         return None
     checkpoint_id, text, signed_at = notes[-1]
+    latest_id, latest_note, latest_signed_at = group[0][9:12]
+    # The newest note of this tree by a key that counts, when its body is the cosigned one.
+    if not evidence and latest_id is not None and body_of(latest_note) == body_of(text):
+        checkpoint_id, text, signed_at = latest_id, latest_note, _aware(latest_signed_at)
     # Every note of one size has the same body (the cosignatures sign the body alone).
     cosigners = tuple(sorted(earliest.values(), key=lambda c: (c.timestamp, c.name)))
     lines = "".join(c.line + "\n" for c in cosigners)

@@ -12,6 +12,8 @@ read by a reader of the tests' own, give the checkpoint's root.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import signal
 import subprocess
@@ -26,7 +28,7 @@ import pytest
 from receiptsite.integrity import note
 from receiptsite.integrity.keys import generate_private_key_pem, load_private_key_pem, public_raw
 from tests import tilereader
-from tests.livesite import PYTHON, REPO, LiveSite, Response
+from tests.livesite import PYTHON, REPO, VENV_BIN, LiveSite, Response
 from tests.witnesses import TestWitness, parse_note, policy_text, verify_cosignature
 
 pytestmark = pytest.mark.live
@@ -111,6 +113,7 @@ def body(key: str) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
 def witnessed_site(tmp: Path, quorum: str, count: int = 2) -> Iterator[Witnessed]:
     """Witnesses first (they must trust the log's key, which the test makes and names with a
     fixed origin), then the policy naming them, then the site, which reads it at start."""
@@ -145,7 +148,8 @@ def witnessed_site(tmp: Path, quorum: str, count: int = 2) -> Iterator[Witnessed
 @pytest.fixture(scope="module")
 def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Witnessed]:
     """A site whose policy needs both of its two witnesses, with its `witness` running."""
-    yield from witnessed_site(tmp_path_factory.mktemp("both"), "all")
+    with witnessed_site(tmp_path_factory.mktemp("both"), "all") as site:
+        yield site
 
 
 @pytest.fixture
@@ -307,13 +311,11 @@ def test_the_tiles_give_the_checkpoints_root_to_a_reader_of_the_tests_own(
     witnessed = parse_note(text)
     _origin, size, root = witnessed.text.split("\n")[:3]
     if int(size) <= read.checkpoint.size:
-        import base64
-
         assert read.root_at(int(size)) == base64.b64decode(root)
 
 
 def test_witness_once_exits_0_only_once_the_quorum_is_met(tmp_path: Path) -> None:
-    for site in witnessed_site(tmp_path, "any"):
+    with witnessed_site(tmp_path, "any") as site:
         site.publish("once")
         site.witnesses[1].stop()
         done = subprocess.run(
@@ -335,3 +337,120 @@ def test_witness_once_exits_0_only_once_the_quorum_is_met(tmp_path: Path) -> Non
         )  # fmt: skip
         assert done.returncode == 1
         assert "does not meet the policy's quorum yet" in done.stderr
+
+
+VERIFY = VENV_BIN / "receipt-verify"
+
+
+def receipt_verify(*args: str) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run([str(VERIFY), *args, "--json"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    return done.returncode, json.loads(done.stdout)
+
+
+def checks_of(result: dict[str, Any]) -> dict[str, str]:
+    return {check["name"]: check["result"] for check in result["checks"]}
+
+
+def test_a_policy_file_and_a_bundle_are_all_a_verifier_needs(
+    running: Witnessed, tmp_path: Path
+) -> None:
+    stored = running.publish("offline-with-the-policy")
+    wait_for(lambda: running.witnessed_size() > stored["log_index"], "witnessed")
+    bundle = running.site.get(f"/run/{stored['id']}/bundle.json").json()
+    saved = tmp_path / "receipt.bundle.json"
+    saved.write_text(json.dumps(bundle))
+    # The policy as the site publishes it for verifiers (no URLs), kept once.
+    policy = tmp_path / "policy.txt"
+    policy.write_text(running.site.get("/.well-known/receipt-keys.json").json()["log"][
+        "witness_policy"])  # fmt: skip
+    status, result = receipt_verify(str(saved), f"--policy={policy}")
+    assert status == 0, result
+    assert checks_of(result)["witnesses"] == "pass"
+    assert set(checks_of(result).values()) == {"pass"}
+
+    # One cosignature changed in the bundle's tlog proof and its witnessed checkpoint.
+    name = running.witnesses[1].name
+    witnessed = bundle["verification"]["log"]["witnessed"]["checkpoint"]
+    line = next(line for n, line in parse_cosignatures(witnessed) if n == name)
+    blob = bytearray(base64.b64decode(line.split(" ")[2]))
+    blob[-1] ^= 1
+    forged = f"— {name} {base64.b64encode(bytes(blob)).decode()}"
+    text = json.dumps(bundle).replace(json.dumps(line)[1:-1], json.dumps(forged)[1:-1])
+    saved.write_text(text)
+    status, result = receipt_verify(str(saved), f"--policy={policy}")
+    assert status == 1 and checks_of(result)["witnesses"] == "fail", result
+
+    # Without a policy the witnesses are reported, not required, and the signer unchecked.
+    saved.write_text(json.dumps(bundle))
+    status, result = receipt_verify(str(saved))
+    assert status == 2 and "witnesses" not in checks_of(result)
+
+
+def test_a_receipt_not_yet_witnessed_is_could_not_check_with_a_policy(
+    running: Witnessed, tmp_path: Path
+) -> None:
+    running.processes[0].send_signal(signal.SIGSTOP)  # the submitter paused: nothing new
+    try:
+        stored = running.publish("not-yet-witnessed")
+        saved = tmp_path / "receipt.bundle.json"
+        saved.write_bytes(running.site.get(f"/run/{stored['id']}/bundle.json").body)
+    finally:
+        running.processes[0].send_signal(signal.SIGCONT)
+    policy = tmp_path / "policy.txt"
+    policy.write_text(policy_text(running.witnesses[0].log_vkeys, running.witnesses, "all"))
+    status, result = receipt_verify(str(saved), f"--policy={policy}")
+    assert status == 2, result
+    assert checks_of(result)["witnesses"] == "could_not_check"
+
+
+def log_key_id(text: str) -> str:
+    """The key id (hex) of a signed note's first signature line: the log's."""
+    line = text[text.rindex("\n\n") + 2 :].split("\n")[0]
+    return base64.b64decode(line.split(" ")[2])[:4].hex()
+
+
+def test_a_compromise_rests_on_the_witnesses_and_a_verifier_with_the_policy_checks_it(
+    tmp_path: Path,
+) -> None:
+    with witnessed_site(tmp_path, "all") as site:
+        site.start_submitter()
+        before = site.publish("logged-before")
+        wait_for(lambda: site.witnessed_size() > before["log_index"], "witnessed")
+        time.sleep(1.1)  # the cosignatures' whole seconds before the compromise
+        kid = site.site.get("/.well-known/receipt-keys.json").json()["keys"][0]["kid"]
+        site.stop_submitters()
+        at = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        report = site.site.manage("compromisekey", f"--at={at}", "--", kid)
+        assert "that the witness policy's quorum cosigned before then" in report
+        verification = site.site.get(f"/api/receipt/{before['id']}/verify").json()
+        assert verification["status"] == "valid", verification["checks"]
+        evidence = verification["signature"]["evidence"]
+        assert evidence["signed_at_source"] == "witnesses"
+        assert {c["name"] for c in evidence["cosigners"]} == {w.name for w in site.witnesses}
+
+        # The operator tells the witnesses the key that took over; they cosign its checkpoint.
+        keys = site.site.get("/.well-known/receipt-keys.json").json()
+        for witness in site.witnesses:
+            witness.restart(log_vkeys=keys["log"]["verifier_keys"])
+        site.start_submitter()
+        active = keys["log"]["verifier_key"].split("+")[1]
+        wait_for(lambda: site.witnessed().status == 200
+                 and log_key_id(site.witnessed().text) == active,
+                 "the new key's checkpoint is witnessed")  # fmt: skip
+        bundle = tmp_path / "resigned.bundle.json"
+        bundle.write_bytes(site.site.get(f"/run/{before['id']}/bundle.json").body)
+
+        # The policy the verifier kept before the compromise names the leaked key only, which
+        # hands over to nothing (anyone holding it could have signed a successor): it cannot
+        # tell the new key from a forger's.
+        status, result = receipt_verify(str(bundle), f"--policy={tmp_path / 'policy.txt'}")
+        assert status != 0, result
+        # The policy published after it (from the operator, out of band: here, as the site
+        # publishes it) names the key that took over, and the witnesses as before.
+        policy = tmp_path / "policy-after.txt"
+        policy.write_text(keys["log"]["witness_policy"])
+        status, result = receipt_verify(str(bundle), f"--policy={policy}")
+        assert status == 0, json.dumps(result, indent=1)
+        detail = next(c["detail"] for c in result["checks"] if c["name"] == "signature")
+        assert "witness" in detail.lower()

@@ -66,6 +66,11 @@ def test_the_quorum_needs_two_xs_and_a_y(cosigned: set[str], met: bool) -> None:
     assert policy.parse(EXAMPLE.encode()).satisfied(cosigned) is met
 
 
+def test_a_threshold_is_any_decimal_from_1_to_n() -> None:
+    read = policy.parse(f"witness A {X1}\nwitness B {X2}\ngroup G 02 A B\nquorum G\n".encode())
+    assert read.groups["G"].threshold == 2
+
+
 def test_quorum_none_needs_nobody_and_a_single_witness_needs_itself() -> None:
     assert policy.parse(b"quorum none\n").satisfied(set())
     single = policy.parse(f"witness A {X1}\nquorum A\n".encode())
@@ -107,11 +112,15 @@ def test_a_policy_finds_the_witness_a_cosignature_line_names() -> None:
         (f"log {LOG}\nlog {LOG}\nquorum none\n", "line 2: this log key is listed twice"),
         (f"witness none {X1}\nquorum none\n", "line 1: 'none' is predefined"),
         (f"witness A {X1}\ngroup G any A none\nquorum G\n", "line 2: 'none' cannot be a group"),
-        (f"witness A {X1}\ngroup G any A A\nquorum G\n", "line 2: group 'G' lists a member twice"),
+        (f"witness A {X1}\ngroup G any A A\nquorum G\n", "line 2: 'A' is a group member twice"),
+        (
+            f"witness A {X1}\nwitness B {X2}\ngroup G any A\ngroup H any A B\nquorum H\n",
+            "line 4: 'A' is a group member twice",
+        ),
         (f"group G any A\nwitness A {X1}\nquorum G\n", "line 1: 'A' is not defined"),
         (f"witness A {X1}\ngroup G 2 A\nquorum G\n", "line 2: the threshold of group 'G'"),
         (f"witness A {X1}\ngroup G 0 A\nquorum G\n", "line 2: the threshold of group 'G'"),
-        (f"witness A {X1}\ngroup G 01 A\nquorum G\n", "line 2: the threshold of group 'G'"),
+        (f"witness A {X1}\ngroup G 1.0 A\nquorum G\n", "line 2: the threshold of group 'G'"),
         (f"witness A {X1}\ngroup G any\nquorum G\n", "line 2: a group line is"),
         ("witness A\nquorum A\n", "line 1: a witness line is"),
         (f"witness A {LOG}\nquorum A\n", "line 1: the key of witness 'A' is not usable"),
