@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.utils.translation import get_language, gettext_lazy, pgettext_lazy
+from django.utils import dateformat
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import get_language, gettext_lazy, ngettext, pgettext, pgettext_lazy
 from django.utils.translation import gettext as _
 from receiptsite_client.handoff import handoff_block
 
@@ -180,6 +184,122 @@ def _linked(receipt: Receipt, links: dict[str, Any]) -> tuple[Any, list[dict[str
     return (describe(parent_id) if parent_id else None), [describe(i) for i in child_ids]
 
 
+def _in_words(items: list[SafeString]) -> SafeString:
+    """Items as a list in words, in the reader's language: "A", "A and B", "A, B and C"."""
+    if len(items) < 2:
+        return mark_safe("".join(items))  # each item is escaped already
+    separator = conditional_escape(pgettext("between the items of a list", ", "))
+    return format_html(
+        _("{items} and {last}"), items=mark_safe(separator.join(items[:-1])), last=items[-1]
+    )
+
+
+def _utc_time(text: str) -> SafeString:
+    """A time of the verification JSON (RFC 3339, UTC) in the page's date form."""
+    when = datetime.fromisoformat(text).astimezone(UTC)
+    return format_html(
+        '<time datetime="{}">{} UTC</time>',
+        when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        dateformat.format(when, "j F Y, H:i:s"),
+    )
+
+
+def witness_summary(verification: dict[str, Any] | None) -> dict[str, Any]:
+    """Who witnessed the log and when, or that nobody has yet, in plain words (SPEC,
+    "Witnesses"): from the verification JSON's `log.witnessed` and the policy the site works
+    to, with no query. This is what the site holds, not a check: the browser's verifier checks
+    the cosignatures themselves. `state`: alone (no policy), pending (nothing witnessed that
+    includes the receipt yet) or witnessed; `paragraphs`: what the page says."""
+    rules = settings.WITNESS_POLICY
+    log = (verification or {}).get("log") or {}
+    witnessed = log.get("witnessed")
+    if witnessed:
+        cosigners = witnessed["cosigners"]
+        count = len(cosigners)
+        who = _in_words([
+            format_html(_("{name} at {time}"), name=c["name"], time=_utc_time(c["time"]))
+            for c in cosigners
+        ])
+        size = witnessed["tree_size"]
+        record = ngettext(
+            "the log's record of %(size)s receipt", "the log's record of %(size)s receipts", size
+        ) % {"size": size}
+        paragraphs = [
+            format_html(
+                ngettext(
+                    "An independent witness confirmed this log: {who}. It saw {record}, which "
+                    "includes this receipt, and checked that this record extends every earlier "
+                    "record of the log it had seen.",
+                    "{count} independent witnesses each confirmed this log: {who}. Each saw "
+                    "{record}, which includes this receipt, and checked that this record "
+                    "extends every earlier record of the log it had seen.",
+                    count,
+                ),
+                count=count, who=who, record=record,
+            ),
+            _(
+                "This does not show that what the receipt says happened. It shows that the "
+                "site could not show anyone a different version of its log, one without this "
+                "receipt or with it changed, without being caught."
+            ),
+        ]
+        checks = {c["name"]: c["result"] for c in (verification or {}).get("checks", [])}
+        if checks.get("log_inclusion") != "pass":
+            paragraphs.append(_(
+                "But the receipt as stored now does not match what was logged in its place "
+                "(see the checks above), so the witnesses' confirmation does not vouch for it."
+            ))
+        return {"state": "witnessed", "paragraphs": paragraphs, "cosigned": True}
+    if rules is None:
+        return {
+            "state": "alone",
+            "paragraphs": [
+                _(
+                    "The log's checkpoints, its signed records of every receipt logged so far, "
+                    "are signed by this site alone: nobody else has vouched that everyone who "
+                    "checks this receipt sees the same log."
+                ),
+                _(
+                    "The site could show different people different versions of its log, and "
+                    "nobody independent would be there to notice."
+                ),
+            ],
+            "cosigned": False,
+        }
+    names = [conditional_escape(w.key.name) for w in rules.witnesses.values()]
+    count, seconds = len(names), settings.WITNESS_INTERVAL
+    return {
+        "state": "pending",
+        "paragraphs": [
+            format_html(
+                ngettext(
+                    "This site asks an independent witness ({names}) to confirm its log, so "
+                    "that it cannot show different people different versions of it.",
+                    "This site asks {count} independent witnesses ({names}) to confirm its "
+                    "log, so that it cannot show different people different versions of it.",
+                    count,
+                ),
+                count=count, names=_in_words(names),
+            ),
+            ngettext(
+                "The witness has not yet confirmed a record of the log that includes this "
+                "receipt.",
+                "The witnesses have not yet confirmed a record of the log that includes this "
+                "receipt.",
+                count,
+            ),
+            ngettext(
+                "That usually happens within %(seconds)s second of a receipt being recorded; "
+                "until then, only the site's own signature vouches for the log.",
+                "That usually happens within %(seconds)s seconds of a receipt being recorded; "
+                "until then, only the site's own signature vouches for the log.",
+                seconds,
+            ) % {"seconds": seconds},
+        ],
+        "cosigned": False,
+    }
+
+
 @memo.of_bytes(maxsize=512)
 def _reading(data: bytes, language: str | None) -> dict[str, Any]:
     """What the page shows of the document itself, in `language`: derived from the bytes
@@ -255,6 +375,8 @@ def page_context(
                   for c in checks),
         ),
         "failed_checks": [c for c in checks if c["result"] == "fail"],
+        # Who witnessed the log and when, or that nobody has yet (templates/_witnessed.html).
+        "witness": witness_summary(verification),
         # The signature fails only because its key was compromised: the page says so.
         "compromised_since": compromised,
         "compromise_only": compromised is not None

@@ -340,12 +340,206 @@
     return { keys: listed, problem: problem };
   }
 
+  // --- witnesses (c2sp.org/tlog-policy, c2sp.org/tlog-cosignature) ---------------------------
+  // The policy the keys document publishes (`log.witness_policy`), read as strictly as the
+  // site reads a policy file (receiptsite/integrity/policy.py): `log <vkey>`, `witness <name>
+  // <vkey>`, `group <name> all|any|<k> <member>...`, `quorum <name>`, comments, blank lines.
+  // Returns {witnesses: Map(policy name -> {keyName, keyId (hex), raw}), groups, quorum}, or
+  // throws an Error whose message names the first bad line.
+  var POLICY_NONE = "none", MAX_POLICY_ENTRIES = 256;
+  var POLICY_ALLOWED = /^[\t\n\x20-\x7e\u0080-\uffff]*$/;
+  async function verifierKey(vkey, type) {
+    // name+keyid+base64: the base64 part may itself contain "+", so split twice only.
+    var first = vkey.indexOf("+"), second = vkey.indexOf("+", first + 1);
+    if (first < 0 || second < 0) throw new Error("a verifier key is <name>+<key id hex>+<base64 key>");
+    var name = vkey.slice(0, first), idHex = vkey.slice(first + 1, second), encoded = vkey.slice(second + 1);
+    if (!noteName(name)) throw new Error("the key name " + JSON.stringify(name) + " is not a note key name");
+    if (!/^[0-9a-fA-F]{8}$/.test(idHex)) throw new Error("the key id must be 8 hex digits");
+    if (!BASE64.test(encoded)) throw new Error("the key is not standard base64");
+    var key = b64decode(encoded);
+    if (key.length !== 33 || key[0] !== type) throw new Error("only Ed25519 keys of type 0x0" + type + " are supported");
+    var id = (await sha256(concat(new TextEncoder().encode(name), new Uint8Array([10]), key))).slice(0, 4);
+    if (hex(id) !== idHex.toLowerCase()) throw new Error("the key id does not match the name and key");
+    return { keyName: name, keyId: hex(id), raw: key.slice(1) };
+  }
+  async function parsePolicy(text) {
+    if (typeof text !== "string" || !POLICY_ALLOWED.test(text)) throw new Error("the policy holds a control character");
+    var witnesses = new Map(), groups = new Map(), quorum = null, keys = new Set(), entries = 0;
+    var lines = text.split("\n");
+    for (var number = 1; number <= lines.length; number++) {
+      var words = lines[number - 1].replace(/\t/g, " ").split(" ").filter(Boolean);
+      if (!words.length || words[0].startsWith("#")) continue;
+      var keyword = words[0], args = words.slice(1), at = "line " + number + ": ";
+      if (entries >= MAX_POLICY_ENTRIES) throw new Error(at + "a policy holds at most " + MAX_POLICY_ENTRIES + " entries");
+      var defined = function (name) { return witnesses.has(name) || groups.has(name); };
+      var fresh = function (name) {
+        if (name === POLICY_NONE) throw new Error(at + "'none' is predefined and cannot be redefined");
+        if (defined(name)) throw new Error(at + JSON.stringify(name) + " is defined twice");
+      };
+      var key;
+      if (keyword === "log") {
+        if (args.length < 1 || args.length > 2) throw new Error(at + "a log line is 'log <vkey> [<url>]'");
+        try { key = await verifierKey(args[0], 1); } catch (e) { throw new Error(at + "the log key is not usable: " + e.message); }
+        if (keys.has("log " + hex(key.raw))) throw new Error(at + "this log key is listed twice");
+        keys.add("log " + hex(key.raw));
+        entries++;
+      } else if (keyword === "witness") {
+        if (args.length < 2 || args.length > 3) throw new Error(at + "a witness line is 'witness <name> <vkey> [<url>]'");
+        fresh(args[0]);
+        try { key = await verifierKey(args[1], 4); } catch (e) { throw new Error(at + "the key of witness " + JSON.stringify(args[0]) + " is not usable: " + e.message); }
+        if (keys.has("witness " + hex(key.raw))) throw new Error(at + "this witness key is listed twice");
+        keys.add("witness " + hex(key.raw));
+        witnesses.set(args[0], key);
+        entries++;
+      } else if (keyword === "group") {
+        if (args.length < 3) throw new Error(at + "a group line is 'group <name> all|any|<k> <member>...'");
+        var name = args[0], k = args[1], members = args.slice(2);
+        fresh(name);
+        members.forEach(function (member) {
+          if (member === POLICY_NONE) throw new Error(at + "'none' cannot be a group member");
+          if (!defined(member)) throw new Error(at + JSON.stringify(member) + " is not defined on an earlier line");
+        });
+        if (new Set(members).size !== members.length) throw new Error(at + "group " + JSON.stringify(name) + " lists a member twice");
+        var threshold = k === "all" ? members.length : k === "any" ? 1 : /^[1-9][0-9]*$/.test(k) ? Number(k) : 0;
+        if (!threshold || threshold > members.length) throw new Error(at + "the threshold of group " + JSON.stringify(name) + " must be all, any or a decimal k with 1 <= k <= " + members.length);
+        groups.set(name, { threshold: threshold, members: members });
+        entries++;
+      } else if (keyword === "quorum") {
+        if (args.length !== 1) throw new Error(at + "a quorum line is 'quorum <name>'");
+        if (quorum !== null) throw new Error(at + "a policy has exactly one quorum line");
+        if (args[0] !== POLICY_NONE && !defined(args[0])) throw new Error(at + JSON.stringify(args[0]) + " is not defined on an earlier line");
+        quorum = args[0];
+      } else {
+        throw new Error(at + "unknown keyword " + JSON.stringify(keyword) + " (log, witness, group or quorum)");
+      }
+    }
+    if (quorum === null) throw new Error("the policy has no quorum line");
+    return { witnesses: witnesses, groups: groups, quorum: quorum };
+  }
+  // Whether the witnesses of these policy names (each with a valid cosignature) meet `name`.
+  function policyMet(policy, name, cosigned) {
+    if (name === POLICY_NONE) return true;
+    if (policy.witnesses.has(name)) return cosigned.has(name);
+    var group = policy.groups.get(name);
+    var count = group.members.filter(function (member) { return policyMet(policy, member, cosigned); }).length;
+    return count >= group.threshold;
+  }
+
+  // A cosignature's timestamp: the u64 big-endian at `offset` (POSIX seconds), exact (a Number
+  // while it is below 2^53, else a BigInt: no BigInt literal, so that an older browser still
+  // runs the rest of this file), or null above 2^63 - 1.
+  function timestampAt(bytes, offset) {
+    var view = new DataView(bytes.buffer, bytes.byteOffset + offset, 8);
+    var high = view.getUint32(0), low = view.getUint32(4);
+    if (high >= 0x80000000) return null;
+    if (high < 0x200000) return high * 0x100000000 + low;
+    return BigInt(high) * BigInt(0x100000000) + BigInt(low);
+  }
+  // ...as UTC, or as the number it is when no date can hold it.
+  function cosignedAt(seconds) {
+    if (typeof seconds !== "number" || seconds > 8640000000000) return seconds.toString();
+    return new Date(seconds * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  }
+  function inWords(items) {
+    if (window.Intl && Intl.ListFormat) {
+      try { return new Intl.ListFormat(document.documentElement.lang || undefined, { type: "conjunction" }).format(items); } catch (e) { /* below */ }
+    }
+    return items.join(", ");
+  }
+
+  // The verification JSON's `log.witnessed`, checked against the policy of the keys document:
+  // the witnessed checkpoint is a note of this log signed by a published key; the receipt's
+  // leaf is in its tree; each cosignature line by a policy witness's key (its name and key id)
+  // verifies over "cosignature/v1\ntime <t>\n" and the checkpoint's text (lines of other keys
+  // are ignored, as the spec says; one of a policy key that fails fails it all); and the
+  // cosignatures that verify meet the policy's quorum. Returns [result, detail]; throws when
+  // this browser cannot check Ed25519 (the caller says "could not check here").
+  async function witnessResult(witnessed, log, bytes, keys) {
+    var policy;
+    if (typeof keys.log.witness_policy !== "string") {
+      return ["fail", gettext("The site shows cosignatures, but its keys document publishes no witness policy to check them against.")];
+    }
+    try {
+      policy = await parsePolicy(keys.log.witness_policy);
+    } catch (e) {
+      return ["fail", fmt(gettext("The witness policy the site publishes cannot be read (%(problem)s)."), { problem: e.message })];
+    }
+    var size = witnessed.tree_size;
+    var checked = await verifyNote(witnessed.checkpoint, noteVerifiers(keys));
+    var lines = checked.body.split("\n");
+    var root = BASE64.test(lines[2] || "") ? b64decode(lines[2]) : new Uint8Array(0);
+    if (!checked.ok || lines.length < 4 || lines.slice(0, -1).some(function (l) { return !l; }) ||
+        lines[0] !== keys.log.origin || !Number.isSafeInteger(size) || lines[1] !== String(size) || root.length !== 32) {
+      return ["fail", gettext("The witnessed checkpoint is not one of this log, of its tree size, signed by a published key.")];
+    }
+    var proof = Array.isArray(witnessed.inclusion_proof) ? witnessed.inclusion_proof : [null];
+    var readable = proof.every(function (p) { return typeof p === "string" && BASE64.test(p); });
+    if (!readable || !(await verifyInclusion(bytes, log.index, size, proof.map(b64decode), root))) {
+      return ["fail", fmt(gettext("The inclusion proof does not put this receipt in the witnessed checkpoint's tree of %(size)s receipts."), { size: size })];
+    }
+    var note = witnessed.checkpoint;
+    var signatures = note.slice(note.lastIndexOf("\n\n") + 2).split("\n").slice(0, -1);
+    var cosigned = new Map();  // policy name -> the earliest time of its valid cosignature
+    for (var i = 0; i < signatures.length; i++) {
+      var rest = signatures[i].slice(SIGNATURE_PREFIX.length), space = rest.indexOf(" ");
+      var name = rest.slice(0, space), blob = b64decode(rest.slice(space + 1));
+      if (blob.length !== 4 + 8 + 64) continue;  // not a cosignature (the log's own, say)
+      var keyId = hex(blob.slice(0, 4));
+      var label = null;
+      policy.witnesses.forEach(function (w, policyName) { if (w.keyName === name && w.keyId === keyId) label = policyName; });
+      if (label === null) continue;  // a key the policy does not name: ignored
+      var time = timestampAt(blob, 4);
+      var message = new TextEncoder().encode("cosignature/v1\ntime " + String(time) + "\n" + checked.body);
+      var valid = time !== null && time > 0 &&
+        await ed25519Verify(policy.witnesses.get(label).raw, blob.slice(12), message);
+      if (!valid) {
+        return ["fail", fmt(gettext("The cosignature of %(name)s does not verify: the checkpoint it is shown with is not one that witness signed."), { name: name })];
+      }
+      if (!cosigned.has(label) || time < cosigned.get(label).time) cosigned.set(label, { name: name, time: time });
+    }
+    var who = inWords(Array.from(cosigned.values()).sort(function (a, b) { return a.time < b.time ? -1 : a.time > b.time ? 1 : 0; })
+      .map(function (c) { return fmt(gettext("%(name)s at %(time)s"), { name: c.name, time: cosignedAt(c.time) }); }));
+    if (!policyMet(policy, policy.quorum, cosigned)) {
+      return ["fail", cosigned.size
+        ? fmt(gettext("Only %(count)s of the policy's witnesses cosigned the log's record of %(size)s receipts (%(who)s): that is not enough for the policy's quorum."), { count: cosigned.size, size: size, who: who })
+        : fmt(gettext("None of the policy's witnesses cosigned the log's record of %(size)s receipts that the site shows as witnessed."), { size: size })];
+    }
+    return ["pass", fmt(gettext("%(count)s of the policy's witnesses cosigned the log's record of %(size)s receipts (which includes this one): %(who)s. The policy naming them comes from this site."), { count: cosigned.size, size: size, who: who })];
+  }
+
+  async function showWitnesses(log, bytes, keys, ed25519) {
+    var name = gettext("witnesses");
+    if (!log.witnessed) {
+      // Nothing witnessed is shown: that is no failure, and with no policy nothing is said.
+      if (keys.log.witness_policy) {
+        show(name, "none", gettext("The site shows no checkpoint cosigned by its witnesses that includes this receipt yet: for now only the site's own signature vouches for the log."));
+      }
+      return;
+    }
+    if (!ed25519) {
+      show(name, "unchecked", gettext("This browser cannot check Ed25519 signatures, so the witnesses' cosignatures could not be checked."));
+      return;
+    }
+    var outcome;
+    try {
+      outcome = await witnessResult(log.witnessed, log, bytes, keys);
+    } catch (e) {
+      if (e && e.name === "NotSupportedError") {
+        show(name, "unchecked", gettext("This browser cannot check Ed25519 signatures, so the witnesses' cosignatures could not be checked."));
+        return;
+      }
+      outcome = ["fail", fmt(gettext("The witnessed checkpoint cannot be read (%(error)s)."), { error: e.message })];
+    }
+    show(name, outcome[0], outcome[1]);
+  }
+
   function show(name, result, detail) {
     var item = document.createElement("li");
     item.className = "check-" + result;
     var label = document.createElement("span");
     label.className = "result";
-    label.textContent = result === "pass" ? gettext("pass") : result === "fail" ? gettext("FAIL") : gettext("could not check here");
+    label.textContent = result === "pass" ? gettext("pass") : result === "fail" ? gettext("FAIL")
+      : result === "none" ? gettext("none yet") : gettext("could not check here");
     var strong = document.createElement("strong");
     strong.textContent = name;
     item.append(label, " ", strong, ": " + detail);
@@ -420,6 +614,7 @@
       show(gettext("log inclusion"), included ? "pass" : "fail", included ? fmt(gettext("Leaf %(index)s is in the tree of %(size)s receipts."), { index: log.index, size: log.tree_size }) : gettext("The inclusion proof does not lead to the signed root."));
       if (!ed25519) {
         show(gettext("checkpoint signature"), "unchecked", gettext("This browser cannot check Ed25519 signatures."));
+        await showWitnesses(log, bytes, keys, false);
         return;
       }
       var checked = await verifyNote(log.checkpoint, noteVerifiers(keys));
@@ -428,6 +623,7 @@
       show(gettext("checkpoint signature"), good ? "pass" : "fail", good ? fmt(gettext("The checkpoint of size %(size)s is signed by a published key."), { size: log.tree_size })
         : checked.byCompromised ? gettext("The checkpoint is signed only by a key marked compromised. A checkpoint carries no time, so it cannot be shown to predate the compromise.")
           : gettext("The checkpoint's signature or content does not match."));
+      await showWitnesses(log, bytes, keys, true);
     } catch (error) {
       show(gettext("all checks"), "unchecked", fmt(gettext("The check could not run here (%(error)s). Use the commands below instead."), { error: error.message }));
     } finally {
