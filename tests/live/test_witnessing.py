@@ -454,3 +454,27 @@ def test_a_compromise_rests_on_the_witnesses_and_a_verifier_with_the_policy_chec
         assert status == 0, json.dumps(result, indent=1)
         detail = next(c["detail"] for c in result["checks"] if c["name"] == "signature")
         assert "witness" in detail.lower()
+
+
+def test_receipt_checklog_checks_the_whole_log_from_its_tiles_and_a_kept_checkpoint(
+    running: Witnessed, tmp_path: Path
+) -> None:
+    kept = tmp_path / "kept.txt"
+    kept.write_bytes(running.site.get("/log/checkpoint").body)
+    for n in range(3):
+        running.publish(f"checklog-{n}")
+    keys = tmp_path / "keys.json"
+    keys.write_bytes(running.site.get("/.well-known/receipt-keys.json").body)
+    command = [str(VENV_BIN / "receipt-checklog"), running.site.url + "/log", f"--key={keys}"]
+    done = subprocess.run([*command, f"--against={kept}"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    # A kept checkpoint that is not of this log (its root changed) is caught.
+    origin, size, root, rest = kept.read_text().split("\n", 3)
+    other = bytearray(base64.b64decode(root))
+    other[0] ^= 1
+    forged = tmp_path / "forged.txt"
+    forged.write_text("\n".join([origin, size, base64.b64encode(bytes(other)).decode(), rest]))
+    done = subprocess.run([*command, f"--against={forged}"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
