@@ -714,3 +714,39 @@ class Cosignature(models.Model):
 
     def __str__(self) -> str:
         return f"cosignature of {self.tree_size} leaves by {self.witness_key.partition('+')[0]}"
+
+
+class ReviewAssignment(models.Model):
+    """Where a receipt stands in the auditors' review queue (review/queue.py): whom it is
+    assigned to, and who holds it for review until when (a reservation: a time-limited claim,
+    renewable, released when a decision is recorded). Workflow state, not evidence: it changes
+    and may be cleared, and nothing rests on it; the decisions stay append-only and signed
+    (review/chain.py). One row per receipt, so that a claim is one conditional UPDATE of that
+    row and the database decides between two claims at once: one of them changes it. Not
+    tenant-scoped: it is read and written by auditors only, who read every tenant."""
+
+    receipt = models.OneToOneField(Receipt, on_delete=models.PROTECT, related_name="assignment")
+    assigned_to = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )
+    assigned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )
+    assigned_at = models.DateTimeField(null=True, blank=True)
+    # The reservation: held by `held_by` until `held_until` (the database's clock decides
+    # whether it has run out), since `held_since`.
+    held_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )
+    held_since = models.DateTimeField(null=True, blank=True)
+    held_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "review queue"
+        verbose_name_plural = "review queue"
+
+    def __str__(self) -> str:
+        return f"review queue place of receipt {self.receipt_id}"

@@ -1,5 +1,6 @@
 """Recording a review decision: the one write path of the auditors' desk, from the page and
-from the admin alike."""
+from the admin alike. It ends the receipt's review in the queue (review/queue.py): another
+auditor's hold on the receipt refuses it, and the decision releases the hold."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from receiptsite.receipts.models import Receipt, ReviewDecision
-from receiptsite.review import chain
+from receiptsite.review import chain, queue
 
 
 class AlreadyCorrected(ValueError):
@@ -18,6 +19,19 @@ class AlreadyCorrected(ValueError):
         super().__init__(
             f"decision {decision.pk} was corrected meanwhile by another decision; reload the "
             "page and correct the newest decision instead"
+        )
+
+
+class HeldByAnother(ValueError):
+    """Another auditor holds the receipt for review (review/queue.py): the form shows who, and
+    until when."""
+
+    def __init__(self, hold: queue.Hold) -> None:
+        self.hold = hold
+        assert hold.by is not None and hold.until is not None
+        super().__init__(
+            f"{hold.by.get_username()} holds this receipt for review until "
+            f"{queue.when(hold.until)}: ask them, or wait until then"
         )
 
 
@@ -32,8 +46,9 @@ def decision_record(
 ) -> ReviewDecision:
     """Append a review decision, bound to the output hash the reviewer saw, and sign it into
     the auditors' record (review/chain.py) in the same transaction. Raises
-    keyring.CannotSign (503) without a usable key, and AlreadyCorrected when another decision
-    corrects `supersedes` already, before anything is stored."""
+    keyring.CannotSign (503) without a usable key, AlreadyCorrected when another decision
+    corrects `supersedes` already, and HeldByAnother when another auditor holds the receipt
+    for review, before anything is stored. The decision releases the receipt's hold."""
     if supersedes is not None and supersedes.receipt_id != receipt.pk:
         raise ValueError("a decision can only supersede a decision on the same receipt")
     with transaction.atomic():
@@ -42,6 +57,11 @@ def decision_record(
         key = chain.signing_key()
         if supersedes is not None and ReviewDecision.objects.filter(supersedes=supersedes).exists():
             raise AlreadyCorrected(supersedes)
+        # Locked until the decision commits: a claim meanwhile waits for it, then finds the
+        # receipt released.
+        hold = queue.hold_of(receipt, lock=True)
+        if hold.by_other_than(reviewer):
+            raise HeldByAnother(hold)
         decision = ReviewDecision.objects.create(
             receipt=receipt,
             reviewer=reviewer,
@@ -52,4 +72,5 @@ def decision_record(
             supersedes=supersedes,
         )
         chain.chain(decision, key)
+        queue.release_on_decision(receipt)
     return decision

@@ -24,9 +24,9 @@ def receipt(producer: Producer) -> Receipt:
 def test_the_auditors_group_has_exactly_what_auditors_need(db: None) -> None:
     group = Group.objects.get(name="Auditors")
     assert sorted(group.permissions.values_list("codename", flat=True)) == [
-        "add_reviewdecision", "add_withdrawal", "view_auditentry", "view_failedauthentication",
-        "view_prunepermit", "view_receipt", "view_reviewdecision", "view_tenant",
-        "view_withdrawal",
+        "add_reviewdecision", "add_withdrawal", "change_reviewassignment", "view_auditentry",
+        "view_failedauthentication", "view_prunepermit", "view_receipt",
+        "view_reviewassignment", "view_reviewdecision", "view_tenant", "view_withdrawal",
     ]
 
 

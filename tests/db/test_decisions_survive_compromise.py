@@ -246,7 +246,8 @@ def test_the_admin_refuses_a_second_correction_of_one_decision(
     decision_record(receipt=receipt, reviewer=auditor, conclusion="rejected", supersedes=first)
     client = signed_in(auditor)
     response = client.post("/admin/receipts/reviewdecision/add/", {
-        "receipt": receipt.pk, "output_hash": receipt.output_hash, "conclusion": "accepted",
+        "receipt": str(receipt.public_id), "output_hash": receipt.output_hash,
+        "conclusion": "accepted",
         "exception_note": "", "follow_up": "", "supersedes": first.pk,
     })
     assert response.status_code == 200
@@ -255,14 +256,16 @@ def test_the_admin_refuses_a_second_correction_of_one_decision(
 
 
 def admin_post(client: Client, receipt: Receipt, **fields: Any) -> Any:
-    data = {"receipt": receipt.pk, "output_hash": receipt.output_hash,
+    data = {"receipt": str(receipt.public_id), "output_hash": receipt.output_hash,
             "conclusion": "accepted", "exception_note": "", "follow_up": "", "supersedes": ""}
     return client.post("/admin/receipts/reviewdecision/add/", {**data, **fields})
 
 
 def test_the_admin_binds_the_hash_the_auditor_confirms(receipt: Receipt, auditor: User) -> None:
     client = signed_in(auditor)
-    add = client.get(f"/admin/receipts/reviewdecision/add/?receipt={receipt.pk}").content.decode()
+    add = client.get(
+        f"/admin/receipts/reviewdecision/add/?receipt={receipt.public_id}"
+    ).content.decode()
     assert 'name="output_hash"' in add
     response = admin_post(client, receipt, output_hash="0" * 64)
     assert response.status_code == 200
