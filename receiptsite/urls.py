@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import path, register_converter
 from django.views.i18n import JavaScriptCatalog
 
+from receiptsite.api import otlp
 from receiptsite.api import views as api
 from receiptsite.audit import views as audit_views
 from receiptsite.capability import ReceiptIdConverter
@@ -41,6 +42,7 @@ urlpatterns = [
          name="tile-partial"),
     path("api/openapi.json", api.openapi, name="openapi"),
     path("healthz", api.healthz, name="healthz"),
+    path("v1/traces", otlp.traces, name="otlp-traces"),
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["receiptsite.pages"]),
          name="javascript-catalog"),
     path("admin/", admin.site.urls),

@@ -1,7 +1,8 @@
 """Reading a request to a JSON route: the body (checked in the contract's order: 415, 413,
 400) and the query parameters every tenant list reads alike (a bad one is a 400 naming it):
 whole numbers, no U+0000, and the keyset page (`since`, `until`, `limit`, `cursor`). The
-receipts list and the audit log (receiptsite/audit/views.py) both read theirs here."""
+receipts list and the audit log (receiptsite/audit/views.py) both read theirs here; OTLP
+ingest (api/otlp.py) reads its body's bytes, bounded alike."""
 
 from __future__ import annotations
 
@@ -38,6 +39,18 @@ def read_json(request: HttpRequest, limit: int) -> object:
             "The body must be JSON",
             "Send the body as `Content-Type: application/json` (UTF-8).",
         )
+    body = read_body(request, limit)
+    try:
+        return parse_json(body)
+    except BadJSON as error:
+        raise Problem(400, "malformed-json", "The body is not valid JSON", error.message) from None
+
+
+def read_body(request: HttpRequest, limit: int) -> bytes:
+    """The body's bytes, at most `limit` of them: a larger body is Problem 413, whether it says
+    so in Content-Length, trips Django's own limit (RequestDataTooBig) or, chunked, just goes
+    on. JSON routes read it through read_json; POST /v1/traces (api/otlp.py) reads its
+    protobuf or JSON, perhaps gzipped, here."""
     if not request.META.get("CONTENT_LENGTH") and request.META.get("wsgi.input_terminated"):
         # A body without Content-Length (`Transfer-Encoding: chunked`): Django reads
         # CONTENT_LENGTH bytes only, so it would see none. The server (gunicorn) ends the
@@ -57,10 +70,7 @@ def read_json(request: HttpRequest, limit: int) -> object:
             raise too_big(limit) from None
     if len(body) > limit:
         raise too_big(limit)
-    try:
-        return parse_json(body)
-    except BadJSON as error:
-        raise Problem(400, "malformed-json", "The body is not valid JSON", error.message) from None
+    return body
 
 
 def _read_to_end(stream: Any, most: int) -> bytes:
