@@ -130,6 +130,23 @@ VERIFICATION = {
         "checks": {"type": "array", "items": CHECK},
         "signature": {"type": "object"},
         "log": {"type": ["object", "null"]},
+        "assurance": {
+            "type": "array",
+            "description": "Who vouches for each claim the record makes "
+            "(docs/verification.md, 'Who vouches for what')",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "claim": STRING,
+                    "basis": {"enum": ["checkable", "publisher", "site", "not_recorded"]},
+                    "fields": {"type": "array", "items": STRING},
+                    "evidence": {"type": "array", "items": STRING},
+                    "checks": {"type": "array", "items": STRING},
+                    "result": {"enum": ["pass", "fail", "pending", None]},
+                    "detail": STRING,
+                },
+            },
+        },
         "verified_at": TIMESTAMP,
     },
 }

@@ -101,11 +101,15 @@ def shown(receipt: Receipt, data: bytes) -> Shown:
             return Shown(
                 original, value, True, "The Ed25519 signature verifies under a published key."
             )
+        # The key is sound: what changed is what was signed (the bytes, or the signature
+        # stored with them). The words blame a key only when it is compromised (below).
         return Shown(
             original,
             value,
             False,
-            "The Ed25519 signature does not verify under the published key.",
+            f"The Ed25519 signature does not verify over the stored bytes under "
+            f"{_named(original)}: the stored bytes, or the signature, are not the ones that "
+            "were signed.",
         )
     later = appended(receipt)
     # The key each appended signature took over from: the one before it, else the receipt's.

@@ -20,8 +20,9 @@ from receiptsite.integrity import merkle
 from receiptsite.integrity.canonical import is_canonical, sha256_hex
 from receiptsite.integrity.encoding import b64
 from receiptsite.ledger import log, signatures, witnesses
+from receiptsite.ledger.assurance import assurance
 from receiptsite.lib import memo
-from receiptsite.receipts.models import Receipt, format_timestamp
+from receiptsite.receipts.models import Receipt, SigningKey, format_timestamp
 
 
 class CheckResult(TypedDict):
@@ -93,6 +94,14 @@ def _record_matches(receipt: Receipt, reading: _Reading, digest: str) -> tuple[b
 def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
     """The verification JSON (docs/verification.md) of a receipt fetched with its tenant,
     signing key and log entry (Receipt.objects.verifiable() or for_verification())."""
+    return verification_and_key(receipt, now)[0]
+
+
+def verification_and_key(
+    receipt: Receipt, now: datetime | None = None
+) -> tuple[dict[str, Any], SigningKey]:
+    """The verification JSON, and the key of the signature it shows (the receipt page names
+    that key's `x` in its "check it yourself" commands), at no cost beyond the JSON's."""
     data = receipt.raw_bytes()
     checks: list[CheckResult] = []
     reading = read_bytes(data)
@@ -160,7 +169,7 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
 
     results = {check["result"] for check in checks}
     status = "invalid" if "fail" in results else "pending" if "pending" in results else "valid"
-    return {
+    answer = {
         "receipt_id": receipt.uuid,
         "receipt_url": receipt.url,
         "status": status,
@@ -173,7 +182,10 @@ def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str
         "signature": signature,
         "log": log_json,
         "verified_at": format_timestamp(now or timezone.now()),
+        # Who vouches for each claim (ledger/assurance.py): from the parts above, no query.
+        "assurance": assurance(reading.document, checks, log_json),
     }
+    return answer, signed.key
 
 
 def log_part(
@@ -262,3 +274,29 @@ def _evidence_proof(index: int, size: int | None) -> list[bytes] | None:
     if size is None or not index < size:
         return None
     return log.inclusion_proof(index, size)
+
+
+def linked_status(receipt: Receipt, leaf: bytes | None, tree_size: int | None) -> str:
+    """The status of a receipt another receipt's page lists among its links: `valid`,
+    `invalid` or `pending`, with the checks of the verification JSON recomputed from the
+    stored bytes now, except that the log's part is read, not proved: the receipt's stored
+    leaf hash (`leaf`, the log's node at level 0) must be the leaf hash of its bytes, in a
+    tree of `tree_size` (the latest signed checkpoint, which the linking page's own proof
+    checked). Fetched with its tenant, signing key and log entry in the page's one query for
+    its links; a receipt whose key is compromised costs one more (its appended signatures).
+    Its own page runs every check in full."""
+    data = receipt.raw_bytes()
+    reading = read_bytes(data)
+    digest = sha256_hex(data)
+    local = (
+        reading.canonical
+        and digest == receipt.output_hash
+        and _record_matches(receipt, reading, digest)[0]
+        and signatures.shown(receipt, data).passed
+    )
+    index = receipt.log_index
+    if not local or index is None or leaf is None or leaf != merkle.leaf_hash(data):
+        return "invalid"
+    if tree_size is None or index >= tree_size:
+        return "pending"
+    return "valid"

@@ -13,14 +13,17 @@ from django.template.loader import render_to_string
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import pgettext
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST, require_safe
 
 from receiptsite.api.ratelimit import rate_limited
 from receiptsite.capability import capability, receipt_not_found
-from receiptsite.ledger.verification import verification_json
+from receiptsite.integrity.encoding import b64
+from receiptsite.ledger.verification import verification_and_key, verification_json
 from receiptsite.middleware import cross_origin, path_kind
 from receiptsite.pages import bundle
+from receiptsite.pages.check_commands import withdrawn_copy_commands
 from receiptsite.pages.presentation import page_context, receipt_handoff
 from receiptsite.problems import Problem, problem
 from receiptsite.receipts.models import Receipt, ReviewDecision
@@ -55,7 +58,10 @@ def _render_page(
     request: HttpRequest, receipt: Receipt, *, form: DecisionForm | None = None,
     partial: str = "", status: int = 200,
 ) -> HttpResponse:
-    context = page_context(receipt, verification_json(receipt), show_follow_up=_is_auditor(request))
+    verification, key = verification_and_key(receipt)
+    context = page_context(
+        receipt, verification, show_follow_up=_is_auditor(request), key=key
+    )
     if _is_auditor(request):
         # Decisions are internal: only signed-in auditors ever see them.
         context["decisions"] = list(
@@ -79,7 +85,7 @@ def receipt_page(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     if receipt is None:
         return render(request, "404.html", status=404)
     if (found := withdrawn(receipt)) is not None:
-        return _withdrawn_page(request, found)
+        return _withdrawn_page(request, receipt, found)
     # htmx's "Check again" asks for the verification panel alone; a plain link gets the page.
     htmx = getattr(request, "htmx", False)
     partial = "verification-panel" if htmx and request.GET.get("part") == "verification" else ""
@@ -97,7 +103,7 @@ def receipt_decision(request: HttpRequest, receipt_id: uuid.UUID) -> HttpRespons
     if receipt is None:
         return render(request, "404.html", status=404)
     if (found := withdrawn(receipt)) is not None:
-        return _withdrawn_page(request, found)  # nothing left to review
+        return _withdrawn_page(request, receipt, found)  # nothing left to review
     if not _can_review(request):
         raise PermissionDenied
     form = DecisionForm(request.POST, receipt=receipt)
@@ -123,25 +129,42 @@ def handoff_txt(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
             content_type="text/plain; charset=utf-8",
         )
     if (found := withdrawn(receipt)) is not None:
-        text = (
-            f"This receipt was withdrawn on {found.withdrawn_at}, by "
-            f"{found.withdrawal.withdrawn_by}, for the reason {found.withdrawal.reason}. Its "
-            "content was erased; its place in the tamper-evident log is kept.\n"
-        )
+        # The hand-off of a withdrawn receipt, in the reader's language (its time as the
+        # verification answer gives it, as the hand-off's "Recorded at" is).
+        text = pgettext(
+            "hand-off",
+            "This receipt was withdrawn on %(when)s, by %(by)s, for %(reason)s. Its content was "
+            "erased; its place in the tamper-evident log is kept.",
+        ) % {"when": found.withdrawn_at, "by": found.withdrawal.get_withdrawn_by_display(),
+             "reason": found.withdrawal.get_reason_display()} + "\n"
         if (stated := found.statement) is not None:
-            text += (
+            text += pgettext(
+                "hand-off",
                 "The withdrawal is a statement signed by this site and chained to the "
-                f"withdrawals before it; its SHA-256: {stated.statement_hash} (its signed bytes "
-                "are in the receipt's verification answer).\n"
-            )
+                "withdrawals before it; its SHA-256: %(hash)s (its signed bytes are in the "
+                "receipt's verification answer).",
+            ) % {"hash": stated.statement_hash} + "\n"
         return HttpResponse(text, status=410, content_type="text/plain; charset=utf-8")
-    text = receipt_handoff(receipt, show_follow_up=_is_auditor(request))
+    # Checked as the page checks it: a receipt that does not verify says so on its first line.
+    text = receipt_handoff(
+        receipt, verification_json(receipt), show_follow_up=_is_auditor(request)
+    )
     return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
 
-def _withdrawn_page(request: HttpRequest, found: Withdrawn) -> HttpResponse:
-    """410: a plain page saying when, by whom and why the receipt was withdrawn."""
-    context = {"withdrawal": found.withdrawal, "withdrawn_at": found.withdrawn_at}
+def _withdrawn_page(request: HttpRequest, receipt: Receipt, found: Withdrawn) -> HttpResponse:
+    """410: a plain page saying when, by whom and why the receipt was withdrawn, which receipt
+    it was and when it was recorded, and how whoever holds a copy can still check it."""
+    context = {
+        "withdrawal": found.withdrawal,
+        "withdrawn_at": found.withdrawn_at,
+        "receipt": receipt,
+        "leaf_hash": b64(found.leaf_hash) if found.leaf_hash is not None else None,
+        "verify_url": receipt.verify_url,
+        "copy_commands": withdrawn_copy_commands(
+            receipt.verify_url, settings.SITE_URL + reverse("receipt-keys")
+        ),
+    }
     return render(request, "receipts/withdrawn.html", context, status=410)
 
 

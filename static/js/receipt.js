@@ -12,13 +12,32 @@
     return text.replace(/%\((\w+)\)s/g, function (_, key) { return values[key]; });
   };
 
-  // --- the reader's local time, beside the UTC one -----------------------------------------
+  // --- times: the page's one form ("1 December 2026, 14:31:07 UTC", "2026年12月1日 14:31:07
+  // UTC"), and the reader's local time beside the UTC one ----------------------------------
+  var pageLanguage = document.documentElement.lang || "en";
+  // English dates are written day, month, year, as the server writes them.
+  var dateLocale = pageLanguage === "en" ? "en-GB" : pageLanguage;
+  function pageTime(when, utc) {
+    var zone = utc ? { timeZone: "UTC" } : {};
+    try {
+      var date = new Intl.DateTimeFormat(dateLocale, Object.assign({ day: "numeric", month: "long", year: "numeric" }, zone)).format(when);
+      var time = new Intl.DateTimeFormat(dateLocale, Object.assign({ hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" }, zone)).format(when);
+      return fmt(gettext("%(date)s, %(time)s"), { date: date, time: time }) + (utc ? " UTC" : "");
+    } catch (e) {
+      return utc ? when.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC") : when.toString();
+    }
+  }
+  // A time of the verification JSON or the keys document (RFC 3339, UTC), as the page writes it.
+  function utcTime(text) {
+    var when = new Date(text);
+    return isNaN(when) ? String(text) : pageTime(when, true);
+  }
   document.querySelectorAll("time[data-local-time]").forEach(function (el) {
     var when = new Date(el.getAttribute("datetime"));
     if (isNaN(when)) return;
     var local = document.createElement("span");
-    local.className = "fine";
-    local.textContent = " (" + when.toLocaleString() + " " + gettext("your time") + ")";
+    local.className = "fine local-time";
+    local.textContent = " " + fmt(gettext("(your time: %(time)s)"), { time: pageTime(when, false) });
     el.after(local);
   });
 
@@ -178,18 +197,18 @@
     }
     var lines = body.split("\n");
     if (!signer || lines[0] !== origin || lines[1] !== String(evidence.tree_size) || !BASE64.test(lines[2] || "")) {
-      return gettext("its checkpoint is not one of this log, of its tree size, signed by a published key other than the one that signed again");
+      return gettext("the signed record of the log it rests on (its checkpoint) is not one of this log, of its size, signed by a published key other than the one that signed again");
     }
     var proof = Array.isArray(evidence.inclusion_proof) ? evidence.inclusion_proof : [null];
     var readable = proof.every(function (p) { return typeof p === "string" && BASE64.test(p); });
     if (!readable || !Number.isInteger(evidence.leaf_index) ||
         !(await verifyInclusion(bytes, evidence.leaf_index, evidence.tree_size, proof.map(b64decode), b64decode(lines[2])))) {
-      return gettext("its inclusion proof does not put this receipt in that checkpoint's tree");
+      return gettext("its inclusion proof does not put this receipt in that signed record of the log");
     }
     var compromised = signer.status === "compromised" ? [signer]
       : keys.keys.filter(function (k) { return k.status === "compromised" && k.kid !== shownKid; });
     if (!compromised.some(function (k) { return before(evidence.signed_at, k.compromised_at); })) {
-      return fmt(gettext("its checkpoint was signed at %(time)s, not before the compromise"), { time: String(evidence.signed_at) });
+      return fmt(gettext("its checkpoint was signed at %(time)s, not before the compromise"), { time: utcTime(evidence.signed_at) });
     }
     return null;
   }
@@ -438,7 +457,7 @@
   // ...as UTC, or as the number it is when no date can hold it.
   function cosignedAt(seconds) {
     if (typeof seconds !== "number" || seconds > 8640000000000) return seconds.toString();
-    return new Date(seconds * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+    return pageTime(new Date(seconds * 1000), true);
   }
   function inWords(items) {
     if (window.Intl && Intl.ListFormat) {
@@ -470,12 +489,12 @@
     var root = BASE64.test(lines[2] || "") ? b64decode(lines[2]) : new Uint8Array(0);
     if (!checked.ok || lines.length < 4 || lines.slice(0, -1).some(function (l) { return !l; }) ||
         lines[0] !== keys.log.origin || !Number.isSafeInteger(size) || lines[1] !== String(size) || root.length !== 32) {
-      return ["fail", gettext("The witnessed checkpoint is not one of this log, of its tree size, signed by a published key.")];
+      return ["fail", gettext("The witnessed record of the log (its checkpoint) is not one of this log, of its size, signed by a published key.")];
     }
     var proof = Array.isArray(witnessed.inclusion_proof) ? witnessed.inclusion_proof : [null];
     var readable = proof.every(function (p) { return typeof p === "string" && BASE64.test(p); });
     if (!readable || !(await verifyInclusion(bytes, log.index, size, proof.map(b64decode), root))) {
-      return ["fail", fmt(gettext("The inclusion proof does not put this receipt in the witnessed checkpoint's tree of %(size)s receipts."), { size: size })];
+      return ["fail", fmt(gettext("The log's proof does not put this receipt in the witnessed record of the log's %(size)s receipts."), { size: size })];
     }
     var note = witnessed.checkpoint;
     var signatures = note.slice(note.lastIndexOf("\n\n") + 2).split("\n").slice(0, -1);
@@ -493,7 +512,7 @@
       var valid = time !== null && time > 0 &&
         await ed25519Verify(policy.witnesses.get(label).raw, blob.slice(12), message);
       if (!valid) {
-        return ["fail", fmt(gettext("The cosignature of %(name)s does not verify: the checkpoint it is shown with is not one that witness signed."), { name: name })];
+        return ["fail", fmt(gettext("The cosignature of %(name)s does not verify: the record of the log it is shown with is not one that witness signed."), { name: name })];
       }
       if (!cosigned.has(label) || time < cosigned.get(label).time) cosigned.set(label, { name: name, time: time });
     }
@@ -508,11 +527,11 @@
   }
 
   async function showWitnesses(log, bytes, keys, ed25519) {
-    var name = gettext("witnesses");
+    var name = "witnesses";
     if (!log.witnessed) {
       // Nothing witnessed is shown: that is no failure, and with no policy nothing is said.
       if (keys.log.witness_policy) {
-        show(name, "none", gettext("The site shows no checkpoint cosigned by its witnesses that includes this receipt yet: for now only the site's own signature vouches for the log."));
+        show(name, "none", gettext("The site shows no record of the log that its witnesses cosigned and that includes this receipt yet: for now only the site's own signature vouches for the log."));
       }
       return;
     }
@@ -528,14 +547,27 @@
         show(name, "unchecked", gettext("This browser cannot check Ed25519 signatures, so the witnesses' cosignatures could not be checked."));
         return;
       }
-      outcome = ["fail", fmt(gettext("The witnessed checkpoint cannot be read (%(error)s)."), { error: e.message })];
+      outcome = ["fail", fmt(gettext("The witnessed record of the log cannot be read (%(error)s)."), { error: e.message })];
     }
     show(name, outcome[0], outcome[1]);
   }
 
-  function show(name, result, detail) {
+  // Each line: the result, the check's plain name, what was found. `check` names the check
+  // (data-check), in the words of the site's own English, for whoever reads the page's data.
+  var CHECK_LABELS = {
+    "all checks": gettext("All checks"),
+    "keys' history": gettext("Key history"),
+    "hash": gettext("Fingerprint"),
+    "signature": gettext("Signature"),
+    "log inclusion": gettext("Public log"),
+    "checkpoint signature": gettext("The log's signature"),
+    "witnesses": gettext("Witnesses")
+  };
+  function show(check, result, detail) {
+    var name = CHECK_LABELS[check] || check;
     var item = document.createElement("li");
     item.className = "check-" + result;
+    item.dataset.check = check;
     var label = document.createElement("span");
     label.className = "result";
     label.textContent = result === "pass" ? gettext("pass") : result === "fail" ? gettext("FAIL")
@@ -551,14 +583,14 @@
     button.disabled = true;
     try {
       if (!window.crypto || !crypto.subtle) {
-        show(gettext("all checks"), "unchecked", gettext("This browser offers no Web Crypto here (it needs a secure https connection). Use the commands below instead."));
+        show("all checks", "unchecked", gettext("This browser offers no Web Crypto here (it needs a secure https connection). Use the commands below instead."));
         return;
       }
       var answer = await (await fetch(panel.dataset.verifyUrl, { credentials: "omit" })).json();
       var keys = await (await fetch(panel.dataset.keysUrl, { credentials: "omit" })).json();
       var vouched = await vouchedKeys(keys);
       if (vouched.problem) {
-        show(gettext("keys' history"), "fail", fmt(gettext("The keys' history does not check out (%(problem)s): only the keys it vouches for are believed."), { problem: vouched.problem }));
+        show("keys' history", "fail", fmt(gettext("The keys' history does not check out (%(problem)s): only the keys it vouches for are believed."), { problem: vouched.problem }));
       }
       keys = { keys: vouched.keys, log: keys.log };
       var bytes = b64decode(answer.canonical_bytes);
@@ -569,9 +601,9 @@
       try { documentId = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes)).id; } catch (e) { documentId = null; }
       var wanted = panel.dataset.receiptId;
       if (documentId !== wanted || answer.receipt_id !== wanted) {
-        show(gettext("hash"), "fail", fmt(gettext("The bytes are not this receipt's: they name %(found)s, not %(wanted)s."), { found: String(documentId), wanted: wanted }));
+        show("hash", "fail", fmt(gettext("The bytes are not this receipt's: they name %(found)s, not %(wanted)s."), { found: String(documentId), wanted: wanted }));
       } else {
-        show(gettext("hash"), digest === answer.output_hash ? "pass" : "fail",
+        show("hash", digest === answer.output_hash ? "pass" : "fail",
           digest === answer.output_hash ? fmt(gettext("SHA-256 of the bytes is %(digest)s."), { digest: digest })
             : fmt(gettext("SHA-256 of the bytes is %(digest)s, not the %(stated)s the site states."), { digest: digest, stated: answer.output_hash }));
       }
@@ -580,52 +612,54 @@
       var ed25519 = true;
       try {
         if (!key) {
-          show(gettext("signature"), "fail", fmt(gettext("The signing key %(kid)s is not published."), { kid: answer.signature.key_id }));
+          show("signature", "fail", fmt(gettext("The signing key %(kid)s is not published."), { kid: answer.signature.key_id }));
         } else if (key.status === "compromised") {
           // The site shows the newest signature that counts: one by a compromised key means
           // the receipt could not be shown to be logged before the key was compromised.
-          show(gettext("signature"), "fail", key.compromised_at
-            ? fmt(gettext("The signing key is marked compromised as of %(time)s, and the receipt could not be shown to be logged before then: its signature cannot be told from a forgery."), { time: key.compromised_at })
+          show("signature", "fail", key.compromised_at
+            ? fmt(gettext("The signing key is marked compromised as of %(time)s, and the receipt could not be shown to be logged before then: its signature cannot be told from a forgery."), { time: utcTime(key.compromised_at) })
             : gettext("The signing key is marked compromised."));
         } else {
           var ok = await ed25519Verify(b64urlDecode(key.x), b64decode(answer.signature.value), bytes);
           var evidence = answer.signature.evidence;
           if (ok && evidence) {
             var problem = await evidenceProblem(evidence, bytes, keys, key.kid, keys.log.origin);
-            show(gettext("signature"), problem ? "fail" : "pass", problem
+            show("signature", problem ? "fail" : "pass", problem
               ? fmt(gettext("The Ed25519 signature verifies under the published key, but it was appended after a key compromise, and its evidence does not hold: %(problem)s."), { problem: problem })
-              : fmt(gettext("The Ed25519 signature verifies under the published key. It was appended after a key compromise, resting on a checkpoint of %(size)s receipts that includes this one, signed, by the site's own record, at %(time)s, before the compromise."), { size: evidence.tree_size, time: evidence.signed_at }));
+              : fmt(gettext("The Ed25519 signature verifies under the published key. It was appended after a key compromise, resting on a checkpoint of %(size)s receipts (a signed record of the log) that includes this one, signed, by the site's own record, at %(time)s, before the compromise."), { size: evidence.tree_size, time: utcTime(evidence.signed_at) }));
           } else {
-            show(gettext("signature"), ok ? "pass" : "fail", ok ? gettext("The Ed25519 signature verifies under the published key.") : gettext("The Ed25519 signature does not verify."));
+            show("signature", ok ? "pass" : "fail", ok ? gettext("The Ed25519 signature verifies under the published key.")
+              : gettext("The Ed25519 signature does not match these bytes: they are not the bytes that were signed (or the signature was changed)."));
           }
         }
       } catch (e) {
         ed25519 = false;
-        show(gettext("signature"), "unchecked", gettext("This browser cannot check Ed25519 signatures. Use the commands below instead."));
+        show("signature", "unchecked", gettext("This browser cannot check Ed25519 signatures. Use the commands below instead."));
       }
 
       if (!answer.log) {
-        show(gettext("log inclusion"), "fail", gettext("The site gave no log proof for this receipt."));
+        show("log inclusion", "fail", gettext("The site gave no log proof for this receipt."));
         return;
       }
       var log = answer.log;
       var root = b64decode(log.root_hash);
       var included = await verifyInclusion(bytes, log.index, log.tree_size, log.inclusion_proof.map(b64decode), root);
-      show(gettext("log inclusion"), included ? "pass" : "fail", included ? fmt(gettext("Leaf %(index)s is in the tree of %(size)s receipts."), { index: log.index, size: log.tree_size }) : gettext("The inclusion proof does not lead to the signed root."));
+      show("log inclusion", included ? "pass" : "fail", included ? fmt(gettext("The log's proof puts this receipt in the log's signed record of its first %(size)s receipts, at place %(place)s."), { size: log.tree_size, place: log.index + 1 })
+        : gettext("The log's proof does not lead from these bytes to the log's signed record: they are not the bytes that were logged."));
       if (!ed25519) {
-        show(gettext("checkpoint signature"), "unchecked", gettext("This browser cannot check Ed25519 signatures."));
+        show("checkpoint signature", "unchecked", gettext("This browser cannot check Ed25519 signatures."));
         await showWitnesses(log, bytes, keys, false);
         return;
       }
       var checked = await verifyNote(log.checkpoint, noteVerifiers(keys));
       var expected = log.origin + "\n" + log.tree_size + "\n" + log.root_hash + "\n";
       var good = checked.ok && checked.body === expected;
-      show(gettext("checkpoint signature"), good ? "pass" : "fail", good ? fmt(gettext("The checkpoint of size %(size)s is signed by a published key."), { size: log.tree_size })
-        : checked.byCompromised ? gettext("The checkpoint is signed only by a key marked compromised. A checkpoint carries no time, so it cannot be shown to predate the compromise.")
-          : gettext("The checkpoint's signature or content does not match."));
+      show("checkpoint signature", good ? "pass" : "fail", good ? fmt(gettext("The log's signed record of its %(size)s receipts (its checkpoint) is signed by a published key."), { size: log.tree_size })
+        : checked.byCompromised ? gettext("The log's checkpoint (its signed record of every receipt) is signed only by a key marked compromised. A checkpoint carries no time, so it cannot be shown to predate the compromise.")
+          : gettext("The log's checkpoint (its signed record of every receipt) has a signature or content that does not match."));
       await showWitnesses(log, bytes, keys, true);
     } catch (error) {
-      show(gettext("all checks"), "unchecked", fmt(gettext("The check could not run here (%(error)s). Use the commands below instead."), { error: error.message }));
+      show("all checks", "unchecked", fmt(gettext("The check could not run here (%(error)s). Use the commands below instead."), { error: error.message }));
     } finally {
       button.disabled = false;
     }

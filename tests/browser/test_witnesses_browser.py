@@ -94,12 +94,13 @@ def page_time(stamp: str) -> str:
 
 
 def browser_time(stamp: str) -> str:
-    """...and as the in-browser verifier writes it."""
-    return stamp[:19].replace("T", " ") + " UTC"
+    """...and as the in-browser verifier writes it: the same form."""
+    return page_time(stamp)
 
 
 def witness_line(page: Page, label: str = "witnesses") -> Locator:
-    return page.locator("#browser-results li").filter(
+    # The line of the check named "witnesses" (`label`: its name in the page's language).
+    return page.locator('#browser-results li[data-check="witnesses"]').filter(
         has=page.locator("strong", has_text=label))
 
 
@@ -108,7 +109,7 @@ def verify_with_witnesses(page: Page, label: str = "witnesses") -> dict[str, str
     line's name and result."""
     page.locator("#verify-button").click()  # its name is in the page's language
     witness_line(page, label).wait_for(timeout=20_000)
-    return {item.locator("strong").inner_text(): item.locator(".result").inner_text()
+    return {item.get_attribute("data-check") or "": item.locator(".result").inner_text()
             for item in page.locator("#browser-results li").all()}
 
 

@@ -53,6 +53,7 @@ def test_a_fresh_receipt_verifies(producer: Producer, client: Client) -> None:
     assert set(body) == {
         "receipt_id", "receipt_url", "status", "algorithm", "canonicalization", "output_hash",
         "canonical_bytes", "byte_length", "checks", "signature", "log", "verified_at",
+        "assurance",
     }
 
 

@@ -96,7 +96,8 @@ def test_the_page_offers_the_download_and_the_offline_command(
     assert parts.download["href"] == f"/run/{receipt['id']}/bundle.json"
     assert parts.download["download"] == f"receipt-{receipt['id']}.bundle.json"
     assert "Download for offline checking" in html
-    assert f"receipt-verify receipt-{receipt['id']}.bundle.json --key KEY" in html
+    x = client.get("/.well-known/receipt-keys.json").json()["keys"][0]["x"]
+    assert f"receipt-verify receipt-{receipt['id']}.bundle.json --key={x}" in html
 
 
 # --- through Django's test client: rate limit, library check --------------------------------

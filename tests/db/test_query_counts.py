@@ -32,8 +32,9 @@ PUBLIC = {
     "verify": (3, 5),
     # verify's three, and the hand-off's follow-up note
     "page": (4, 6),
-    # the receipt, and the follow-up note
-    "handoff": (2, 4),
+    # the page's: verify's three (a receipt that does not verify says so on its first line),
+    # and the follow-up note
+    "handoff": (4, 6),
     # the log's head, the keys, and the keys' history (its statements: one table more, one
     # query, however long the history)
     "keys": (3, 3),

@@ -66,7 +66,7 @@ def test_without_a_policy_the_page_says_the_log_is_signed_by_the_site_alone(
     )
     chinese = page(client, stored["id"], "zh-hans")
     assert witness_block(chinese) == (
-        "见证方: 日志的检查点（即对迄今记入日志的每份收据所作的已签名记录）仅由本站自己签名："
+        "见证方：日志的检查点（即对迄今记入日志的每份收据所作的已签名记录）仅由本站自己签名："
         "没有任何其他人担保过每个核查这份收据的人看到的都是同一份日志。"
         " 本站可以向不同的人展示不同版本的日志，而没有任何独立的一方会察觉。"
     )
@@ -96,7 +96,7 @@ def test_with_a_policy_and_no_cosignature_the_page_names_the_witnesses_asked(
     )
     chinese = page(client, stored["id"], "zh-hans")
     assert witness_block(chinese) == (
-        f"见证方: 本站请 2 个独立见证方（{w1}和{w2}）确认其日志，"
+        f"见证方：本站请 2 个独立见证方（{w1}和{w2}）确认其日志，"
         "使本站无法向不同的人展示不同版本的日志。"
         " 见证方尚未确认包含这份收据的日志记录。"
         " 这通常在收据记录后 7 秒内完成；在此之前，只有本站自己的签名为这份日志作保。"
@@ -155,8 +155,8 @@ def test_a_witnessed_receipt_names_each_witness_and_when_it_confirmed(
     assert '<time datetime="2025-06-01T12:00:00Z">1 June 2025, 12:00:00 UTC</time>' in english
     chinese = page(client, stored["id"], "zh-hans")
     assert witness_block(chinese) == (
-        f"见证方: 已有 2 个独立见证方确认了此日志：{w1}（于 1 六月 2025, 12:00:00 UTC）和"
-        f"{w2}（于 1 六月 2025, 12:00:05 UTC）。每个见证方都看到了该日志包含 2 份收据的记录"
+        f"见证方：已有 2 个独立见证方确认了此日志：{w1}（于 2025年6月1日 12:00:00 UTC）和"
+        f"{w2}（于 2025年6月1日 12:00:05 UTC）。每个见证方都看到了该日志包含 2 份收据的记录"
         "（其中包括这份收据），并核实了这份记录是它此前见过的该日志所有记录的延续。"
         " 这并不能表明收据所述的事情确实发生过。它表明的是：本站若向任何人展示另一个版本的日志"
         "（比如没有这份收据，或这份收据被改动过），就会被发现。"

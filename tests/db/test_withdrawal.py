@@ -446,7 +446,7 @@ def test_the_page_answers_410_in_plain_words(producer: Producer, client: Client)
     assert "website_audit" not in text and "wf-7f3a" not in text
     chinese = client.get(f"/run/{answer['id']}?lang=zh-hans")
     assert chinese.status_code == 410
-    assert "此回执已撤回" in chinese.content.decode()
+    assert "此收据已撤回" in chinese.content.decode()
     handoff = client.get(f"/run/{answer['id']}/handoff.txt")
     assert handoff.status_code == 410 and b"withdrawn" in handoff.content
     # The hand-off names the withdrawal's signed statement, as the page and the verify answer do.
