@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import gzip
 import itertools
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.environment_variables import OTEL_SDK_DISABLED
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -42,12 +44,25 @@ class CountingIds(IdGenerator):
         return next(self.spans) or next(self.spans)
 
 
+def tracer_provider(**options: Any) -> TracerProvider:
+    """A TracerProvider that records spans. The client's tests turn the OpenTelemetry SDK off
+    for the whole session (OTEL_SDK_DISABLED, so that CrewAI, imported at collection, sends no
+    telemetry: clients/python/tests/conftest.py), and a provider reads that variable when it
+    is made: made here without it, the variable left as it was for everything else."""
+    saved = os.environ.pop(OTEL_SDK_DISABLED, None)
+    try:
+        return TracerProvider(**options)
+    finally:
+        if saved is not None:
+            os.environ[OTEL_SDK_DISABLED] = saved
+
+
 class Recorder:
     """A TracerProvider of the test's own whose finished spans stay in memory."""
 
     def __init__(self, seed: int = 1, resource: dict[str, Any] | None = None) -> None:
         self.memory = InMemorySpanExporter()
-        self.provider = TracerProvider(
+        self.provider = tracer_provider(
             id_generator=CountingIds(seed),
             resource=Resource.create(resource or {"service.name": "trip-planner"}),
         )

@@ -15,6 +15,8 @@ import json
 import re
 from base64 import b64decode
 from collections.abc import Iterator
+from datetime import datetime
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +185,8 @@ def test_a_receipt_logged_before_the_compromise_verifies_by_the_new_key(
     assert evidence["signed_at"] < restarted["leaked_at"]
     assert evidence["signed_at_source"] == "site"
     page = live.get(f"/run/{restarted['before']['id']}").text
-    assert "does not verify" not in page
+    assert 'data-verdict="valid"' in page
+    assert "Warning: this receipt does not verify" not in page
 
 
 def test_a_receipt_not_provably_logged_before_fails_and_the_page_says_why(
@@ -200,13 +203,20 @@ def test_a_receipt_not_provably_logged_before_fails_and_the_page_says_why(
     # The other checks pass: the bytes are the ones stored and logged.
     assert [c["name"] for c in body["checks"] if c["result"] == "fail"] == ["signature"]
     page = live.get(f"/run/{restarted['after']['id']}").text
+    assert 'data-verdict="invalid"' in page
     assert "Warning: this receipt does not verify" in page
-    assert "reported compromised (it may have leaked) as of " + restarted["leaked_at"] in page
+    # The time in the page's one date form, in the reader's language.
+    leaked = datetime.fromisoformat(restarted["leaked_at"])
+    english = f"{leaked.day} {leaked:%B %Y, %H:%M:%S} UTC"
+    assert "reported compromised (it may have leaked) as of " in page
+    assert english in unescape(page)
     assert "It may have been altered" not in page
     chinese = live.get(
         f"/run/{restarted['after']['id']}", headers={"Accept-Language": "zh-Hans"}
     ).text
-    assert f"自 {restarted['leaked_at']} 起已泄露" in chinese
+    assert f"自 {leaked.year}年{leaked.month}月{leaked.day}日 {leaked:%H:%M:%S} UTC 起已泄露" in (
+        unescape(chinese)
+    )
 
 
 def test_the_new_key_signs_the_log_and_new_receipts(restarted: dict[str, Any]) -> None:

@@ -29,12 +29,12 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.livesite import REPO, VENV_BIN, LiveSite
-from tests.otelspans import otlp_json
+from tests.otelspans import otlp_json, tracer_provider
 
 pytestmark = pytest.mark.live
 
@@ -56,7 +56,9 @@ class Traced:
 
     def __init__(self) -> None:
         self.memory = InMemorySpanExporter()
-        self.provider = TracerProvider(resource=Resource.create({"service.name": "trip-planner"}))
+        self.provider = tracer_provider(
+            resource=Resource.create({"service.name": "trip-planner"})
+        )
         self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
         self.tracer = self.provider.get_tracer("tests.live.test_otlp")
 
@@ -362,6 +364,8 @@ def test_the_readme_example_runs_and_its_tool_call_becomes_a_receipt_that_verifi
     script.write_text(readme_example())
     env = {**os.environ, "RECEIPTSITE_URL": site.url, "RECEIPTSITE_API_KEY": site.api_key,
            "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    # A reader's shell, not this session's: the client's tests turn the SDK off for CrewAI.
+    env.pop("OTEL_SDK_DISABLED", None)
     for name in list(env):
         if name.startswith(("OTEL_", "TRACELOOP_")) or name == "OPENAI_API_KEY":
             del env[name]
