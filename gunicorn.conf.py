@@ -9,7 +9,7 @@ settings:
 | `WEB_CONCURRENCY` | number of worker processes; default 2 × CPU cores + 1, at most 12        |
 | `BIND`            | address(es) to listen on, comma-separated (`0.0.0.0:8000`, `unix:/run/x`)|
 | `PORT`            | used when `BIND` is unset: listen on `127.0.0.1:$PORT`                   |
-| `TRUSTED_PROXIES` | comma-separated proxy addresses whose `X-Forwarded-*` headers are believed|
+| `TRUSTED_PROXIES` | proxies (addresses, CIDR ranges) whose `X-Forwarded-Proto` is believed   |
 | `LOG_LEVEL`       | the level of every log, gunicorn's and Django's (default `info`, any case)|
 | `GUNICORN_CONTROL_SOCKET` | path of gunicorn's control socket; unset: no control socket       |
 
@@ -43,19 +43,6 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _whole(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise SystemExit(f"receiptsite: {name} must be a whole number, not {value!r}") from None
-    if number < 1:
-        raise SystemExit(f"receiptsite: {name} must be at least 1, not {number}")
-    return number
-
-
 # --- the site's settings ------------------------------------------------------------------------
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "receiptsite.settings")
@@ -74,7 +61,9 @@ except ImproperlyConfigured as error:
 # cap keeps a large host from opening more database connections than PostgreSQL's default
 # max_connections (100) comfortably serves when several sites share it. An explicit
 # WEB_CONCURRENCY is taken as given.
-workers = _whole("WEB_CONCURRENCY", min(2 * _cores() + 1, 12))
+# WEB_CONCURRENCY is read and checked with the site's settings (receiptsite/config.py); gunicorn
+# itself parses it too, when it is imported, before this file runs (see the README).
+workers = site.WEB_CONCURRENCY or min(2 * _cores() + 1, 12)
 
 # The application is loaded in each worker after the fork (no preload_app): a database
 # connection opened in the master would otherwise be shared by every worker. (The settings,
@@ -93,12 +82,14 @@ bind = [
 ]
 backlog = 2048
 
-# Only the proxies named in TRUSTED_PROXIES may tell gunicorn the request came over HTTPS
-# (X-Forwarded-Proto). Unset means nobody: gunicorn's own default would trust 127.0.0.1, and
-# the site's settings trust no proxy unless TRUSTED_PROXIES names it (see settings.py).
-forwarded_allow_ips = ",".join(
-    item.strip() for item in os.environ.get("TRUSTED_PROXIES", "").split(",") if item.strip()
-)
+# Only the proxies of TRUSTED_PROXIES (addresses and CIDR ranges, parsed and checked with the
+# site's settings) may tell gunicorn the request came over HTTPS, and only by X-Forwarded-Proto
+# (gunicorn's default also believes X-Forwarded-Ssl and X-Forwarded-Protocol, which the proxy
+# of the README neither sets nor clears). Unset means nobody: gunicorn's own default would
+# trust 127.0.0.1. The site makes the same decision itself (ForwardedProtoMiddleware), so that
+# it holds under any server.
+forwarded_allow_ips = ",".join(str(network) for network in site.TRUSTED_PROXIES)
+secure_scheme_headers = {"X-FORWARDED-PROTO": "https"}
 
 # --- timeouts -----------------------------------------------------------------------------------
 

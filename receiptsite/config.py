@@ -9,6 +9,7 @@ before Django is set up.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from pathlib import Path
@@ -108,6 +109,53 @@ def rate_limits(text: str) -> RateLimits | None:
             )
         limits[name] = (burst, rate)
     return limits
+
+
+# --- TRUSTED_PROXIES ---------------------------------------------------------------------
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+TRUSTED_PROXIES_USAGE = (
+    "takes IP addresses and CIDR ranges, IPv4 or IPv6, comma-separated (10.0.0.7, "
+    "10.0.0.0/24, fd00::/8)"
+)
+
+
+def trusted_proxies(text: str) -> tuple[Network, ...]:
+    """The proxies whose X-Forwarded-For and X-Forwarded-Proto are believed: addresses and
+    CIDR ranges, IPv4 or IPv6, as Python's ipaddress reads them (an address alone is a range of
+    one). Anything else stops the start: a host name (a name is not what a connection comes
+    from), a range with host bits set (`10.0.0.1/24`: 10.0.0.0/24 or 10.0.0.1/32?), `*`. A
+    proxy silently left untrusted would make every client look like the proxy: one rate limit
+    and one admin lock-out for the whole site."""
+    networks: list[Network] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item))
+        except ValueError as error:
+            raise ConfigurationError(
+                "TRUSTED_PROXIES", f"{TRUSTED_PROXIES_USAGE}, not {item!r} ({error})"
+            ) from None
+    return tuple(networks)
+
+
+# --- WEB_CONCURRENCY -----------------------------------------------------------------------
+
+
+def web_concurrency(text: str) -> int | None:
+    """gunicorn's number of worker processes: a whole number from 1; None when empty
+    (gunicorn.conf.py's default)."""
+    value = text.strip()
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise ConfigurationError(
+            "WEB_CONCURRENCY", f"must be a whole number of worker processes, not {value!r}"
+        )
+    if int(value) < 1:
+        raise ConfigurationError("WEB_CONCURRENCY", f"must be at least 1, not {value}")
+    return int(value)
 
 
 # --- REDIS_URL -----------------------------------------------------------------------------

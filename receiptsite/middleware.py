@@ -1,4 +1,5 @@
-"""Site-wide middleware: request ids, the headers a route's path asks for (capability URLs,
+"""Site-wide middleware: the health check's Host and the forwarded scheme (both before
+anything reads them), request ids, the headers a route's path asks for (capability URLs,
 routes readable from any origin), and a clear 503 while the database is unreachable."""
 
 from __future__ import annotations
@@ -9,22 +10,74 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, get_resolver, get_urlconf
+from django.urls import URLPattern, get_resolver, get_urlconf, reverse
 from django.urls.resolvers import RoutePattern
 from django.utils import translation
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import get_supported_language_variant
 
 from receiptsite import logconfig
+from receiptsite.api.ratelimit import from_trusted_proxy
 from receiptsite.capability import ReceiptIdConverter, View, set_capability_headers
-from receiptsite.problems import problem
+from receiptsite.problems import Problem
 
 logger = logging.getLogger(__name__)
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+@functools.cache
+def _health_path() -> str:
+    return reverse("healthz")
+
+
+@functools.cache
+def _site_host() -> str:
+    return urlsplit(settings.SITE_URL).netloc.rpartition("@")[2]
+
+
+class HealthCheckHostMiddleware:
+    """`/healthz` answers whatever the Host. A load balancer or an orchestrator asks each host
+    on its private address (`Host: 10.0.0.5:8000`), which ALLOWED_HOSTS rightly does not name:
+    Django would answer 400 and log an error with a traceback. The health check's answer holds
+    no link and nothing made from the Host, so for that one path the request is taken as asked
+    of the site's own host (SITE_URL's); every other path keeps Django's Host check. First of
+    all middleware, before anything reads the Host."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path == _health_path():
+            request.META["HTTP_HOST"] = _site_host()
+            request.META.pop("HTTP_X_FORWARDED_HOST", None)
+        return self.get_response(request)
+
+
+class ForwardedProtoMiddleware:
+    """X-Forwarded-Proto, believed from TRUSTED_PROXIES only: from one of them, `https` or
+    `http` there is the request's scheme (what request.is_secure() says, so the redirect to
+    https, HSTS and the Secure cookies follow it); from any other peer it is ignored, and the
+    scheme is the connection's own. Django's SECURE_PROXY_SSL_HEADER, left unset, would believe
+    it from anyone. Gunicorn makes the same decision (gunicorn.conf.py's forwarded_allow_ips);
+    this makes it hold under any server. Before anything asks for the scheme."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        forwarded = request.META.get("HTTP_X_FORWARDED_PROTO")
+        if forwarded is not None and from_trusted_proxy(request):
+            # The first value: the scheme the client used with the outermost proxy.
+            scheme = forwarded.split(",")[0].strip().lower()
+            if scheme in ("http", "https"):
+                request.META["wsgi.url_scheme"] = scheme
+        return self.get_response(request)
 
 
 class RequestIDMiddleware:
@@ -124,6 +177,21 @@ class RouteHeadersMiddleware:
         return response
 
 
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+
+def database_unavailable(error: Exception) -> Problem:
+    """The 503 of a database that does not answer (logged, without a traceback)."""
+    logger.error("database unavailable: %s", type(error).__name__)
+    return Problem(
+        503,
+        "database-unavailable",
+        "The database is not answering",
+        "The site cannot reach its database right now. Try again shortly.",
+        headers={"Retry-After": "5"},
+    )
+
+
 class DatabaseUnavailableMiddleware:
     """A database that does not answer is a 503 problem, never a bare 500 page."""
 
@@ -134,16 +202,8 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if isinstance(exception, (OperationalError, InterfaceError)):
-            logger.error("database unavailable: %s", type(exception).__name__)
-            response = problem(
-                503,
-                "database-unavailable",
-                "The database is not answering",
-                "The site cannot reach its database right now. Try again shortly.",
-            )
-            response["Retry-After"] = "5"
-            return response
+        if isinstance(exception, DATABASE_ERRORS):
+            return database_unavailable(exception).response()
         return None
 
 

@@ -10,7 +10,6 @@ stop with one line naming it. Nothing read here is read again later.
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -144,6 +143,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: no middleware may read the Host or the scheme before these two have set them.
+    # /healthz answers whatever the Host (a load balancer asks on the private address);
+    # X-Forwarded-Proto is believed from TRUSTED_PROXIES only.
+    "receiptsite.middleware.HealthCheckHostMiddleware",
+    "receiptsite.middleware.ForwardedProtoMiddleware",
     "receiptsite.middleware.RequestIDMiddleware",
     # Outside SecurityMiddleware and CSRF: their redirects and 403s carry the path's headers too.
     "receiptsite.middleware.RouteHeadersMiddleware",
@@ -250,9 +254,13 @@ SECURE_CSP = {
     "form-action": [CSP.SELF],
     "frame-ancestors": [CSP.NONE],
 }
-SECURE_PROXY_SSL_HEADER = (
-    ("HTTP_X_FORWARDED_PROTO", "https") if os.environ.get("TRUSTED_PROXIES") else None
-)
+# TRUSTED_PROXIES: the proxies (addresses and CIDR ranges, IPv4 or IPv6) whose
+# X-Forwarded-For (the client's address: rate limits, the admin's lock-out, failed
+# authentications) and X-Forwarded-Proto (https or not) are believed; from any other peer both
+# are ignored (api/ratelimit.py, middleware.ForwardedProtoMiddleware). Django's own
+# SECURE_PROXY_SSL_HEADER is left unset: it would believe X-Forwarded-Proto from anyone.
+TRUSTED_PROXIES = config.trusted_proxies(env("TRUSTED_PROXIES"))
+SECURE_PROXY_SSL_HEADER = None
 # A site whose SITE_URL is https is served over TLS only: browsers remember it for a year
 # (HSTS), and a plain-http request is redirected to https. The redirect needs the proxy's
 # X-Forwarded-Proto to tell the two apart, so it is on only with TRUSTED_PROXIES (without, a
@@ -261,7 +269,7 @@ SECURE_PROXY_SSL_HEADER = (
 _https = _site.scheme == "https"
 SECURE_HSTS_SECONDS = 31536000 if _https else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = _https
-SECURE_SSL_REDIRECT = _https and bool(os.environ.get("TRUSTED_PROXIES"))
+SECURE_SSL_REDIRECT = _https and bool(TRUSTED_PROXIES)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _https
 SESSION_COOKIE_HTTPONLY = True
@@ -279,7 +287,6 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = BATCH_MAX_BYTES
 # ingest, read and auth (config.DEFAULT_RATE_LIMITS); parsed here into {scope: (burst, per
 # second)}, or None for off.
 RATE_LIMITS = config.rate_limits(env("RATE_LIMITS", "on"))
-TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
 
 # REDIS_URL: optional. The rate limits' buckets (api/ratelimit.py), shared by every worker
 # and host, live in the database; with REDIS_URL, in Redis, and so does Django's cache.
@@ -300,6 +307,11 @@ WITNESS_INTERVAL = envint("WITNESS_INTERVAL", 10)
 # AUDIT_LOG_DAYS: how long API audit-log entries are kept; `manage.py pruneauditlog` removes
 # older ones (the one path the database lets delete them).
 AUDIT_LOG_DAYS = config.audit_log_days(env("AUDIT_LOG_DAYS"))
+
+# WEB_CONCURRENCY: gunicorn's worker processes (gunicorn.conf.py); checked here too, so that
+# `manage.py check` refuses the environment a gunicorn could not start with. None: 2 × cores
+# + 1, at most 12 (gunicorn.conf.py says why).
+WEB_CONCURRENCY = config.web_concurrency(env("WEB_CONCURRENCY"))
 
 # One configuration for Django and gunicorn (gunicorn.conf.py uses these two names too).
 LOG_LEVEL = config.log_level(env("LOG_LEVEL", "info"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import ipaddress
 import logging
 import math
 import time
@@ -69,15 +70,64 @@ def _limits() -> dict[str, tuple[float, float]] | None:
     return limits
 
 
-def client_address(request: HttpRequest) -> str:
-    """The client's address; X-Forwarded-For is believed only from TRUSTED_PROXIES."""
-    address = request.META.get("REMOTE_ADDR", "")
-    if address in settings.TRUSTED_PROXIES:
-        hops = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-        for hop in reversed(hops):
-            if hop and hop not in settings.TRUSTED_PROXIES:
-                return hop
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def address_of(text: str) -> Address | None:
+    """An address as a peer or an X-Forwarded-For hop gives it (`203.0.113.7`, `2001:db8::7`,
+    with a port `203.0.113.7:4711` or `[2001:db8::7]:4711`, as some proxies write it); an
+    IPv4-mapped IPv6 address (`::ffff:10.0.0.7`, a dual-stack socket's) as its IPv4 address.
+    None for anything else."""
+    text = text.strip()
+    if text.startswith("["):
+        text = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        text = text.partition(":")[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
     return address
+
+
+def _trusted(address: Address) -> bool:
+    # settings.TRUSTED_PROXIES holds the networks config.trusted_proxies parsed at start (a
+    # test may set strings).
+    return any(
+        address in (network if not isinstance(network, str) else ipaddress.ip_network(network))
+        for network in settings.TRUSTED_PROXIES
+    )
+
+
+def from_trusted_proxy(request: HttpRequest) -> bool:
+    """Whether the request's peer (REMOTE_ADDR) is one of TRUSTED_PROXIES: only then are its
+    X-Forwarded-For and X-Forwarded-Proto believed."""
+    peer = address_of(request.META.get("REMOTE_ADDR", ""))
+    return peer is not None and _trusted(peer)
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address. From a peer that is not one of TRUSTED_PROXIES, the peer's own:
+    its X-Forwarded-For is not believed. From one of them, X-Forwarded-For read from the
+    right: each hop is the address the proxy after it saw, so the trusted proxies are skipped
+    and the first address that is not one of them is the client (what a client wrote itself
+    sits further left, and is never reached). A hop that is no address ends the reading: the
+    address of the proxy that reported it is the client's then."""
+    peer = request.META.get("REMOTE_ADDR", "")
+    if not from_trusted_proxy(request):
+        return peer
+    nearest = address_of(peer)
+    for hop in reversed(request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")):
+        address = address_of(hop)
+        if address is None:
+            break
+        if not _trusted(address):
+            return str(address)
+        nearest = address
+    # Every hop a trusted proxy (a request from inside): the farthest one is the client.
+    return str(nearest)
 
 
 def throttle(scope: str, who: str, cost: int = 1, now: float | None = None) -> None:

@@ -34,8 +34,9 @@ from receiptsite.integrity.encoding import b64
 from receiptsite.ledger import keyring, log, witnesses
 from receiptsite.ledger import tiles as log_tiles
 from receiptsite.ledger.keys_document import keys_document_json
+from receiptsite.middleware import DATABASE_ERRORS, database_unavailable
 from receiptsite.problems import Problem, withdrawn_key
-from receiptsite.receipts.models import Receipt
+from receiptsite.receipts.models import Receipt, format_timestamp
 from receiptsite.receipts.services import (
     BeforeCommit,
     IdempotencyKeyReused,
@@ -323,13 +324,68 @@ def consistency(request: HttpRequest) -> HttpResponse:
 
 @api_route("GET", public=True)
 def healthz(request: HttpRequest) -> HttpResponse:
-    # Ok only when the site could answer everything: the database answers (a query below), the
-    # log is sound and has a signed checkpoint, and the site has a key it may sign with.
-    # Otherwise the Problem raised (log-not-signed, cannot-sign) is the 503. The key first:
-    # after `compromisekey`, until the restart, that is what the operator has to fix.
-    keyring.check_usable()
-    log.published()
-    return json_response({"status": "ok"})
+    # Readiness, for a load balancer or an orchestrator, whatever the Host (the private
+    # address: middleware.HealthCheckHostMiddleware). 200 {"status": "ok"} when the site could
+    # answer everything: the database answers, the configured key may sign (it is neither
+    # compromised nor retired by a rotation elsewhere), and the log is sound and signed.
+    # Otherwise 503 problem+json: the first thing wrong (the database, the key, the log) as
+    # its type, title and detail, and `checks`, each thing's result and why. With a witness
+    # policy, `witnesses` says how far the witnessed checkpoint is behind the log, in either
+    # answer: it never makes the site unready (ingest never waits for a witness, and one
+    # witness down must not take every host out of the load balancer); alert on it instead.
+    # Liveness is any answer at all. A read: nothing is written.
+    checks: list[dict[str, str]] = []
+    failed: list[Problem] = []
+    signed: log.SignedHead | None = None
+    try:
+        try:
+            keyring.check_usable()
+            checks.append(_check("signing_key", "pass", "the configured key may sign"))
+        except keyring.CannotSign as error:
+            failed.append(error)
+            checks.append(_check("signing_key", "fail", error.detail))
+        try:
+            signed = log.published()
+            checks.append(_check("log", "pass", f"signed at {signed.size} leaves, and sound"))
+        except log.LogNotSigned as error:
+            failed.append(error)
+            checks.append(_check("log", "fail", error.detail))
+        extra = {"witnesses": _witness_lag(signed)} if witnesses.policy() is not None else {}
+    except DATABASE_ERRORS as error:
+        down = database_unavailable(error)
+        failed, checks, extra = [down], [_check("database", "fail", down.detail)], {}
+    else:
+        checks.insert(0, _check("database", "pass", "it answers"))
+    if not failed:
+        return json_response({"status": "ok", **extra})
+    first = failed[0]
+    raise Problem(
+        first.status, first.slug, first.title, first.detail, headers=first.headers,
+        **first.extra, checks=checks, **extra,
+    )  # fmt: skip
+
+
+def _check(name: str, result: str, detail: str) -> dict[str, str]:
+    return {"name": name, "result": result, "detail": detail}
+
+
+def _witness_lag(signed: log.SignedHead | None) -> dict[str, Any]:
+    """How far the largest checkpoint the witness policy's quorum cosigned is behind the log:
+    in leaves, and when the quorum was met (the last of the counted cosignatures)."""
+    witnessed = witnesses.latest()
+    size = signed.size if signed is not None else None
+    return {
+        "tree_size": size,
+        "witnessed_size": witnessed.size if witnessed is not None else None,
+        "leaves_behind": (
+            size - (witnessed.size if witnessed is not None else 0) if size is not None else None
+        ),
+        "witnessed_at": (
+            format_timestamp(max(c.time for c in witnessed.cosigners))
+            if witnessed is not None and witnessed.cosigners
+            else None
+        ),
+    }
 
 
 @api_route("GET", public=True)

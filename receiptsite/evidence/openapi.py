@@ -457,7 +457,8 @@ OPENAPI: dict[str, Any] = {
         },
         "/healthz": {
             "get": {
-                "summary": "Whether the database answers and the log is sound",
+                "summary": "Whether the site can serve everything (the database answers, its "
+                "key may sign, the log is sound), and why not; answered whatever the Host",
                 "operationId": "health",
                 "responses": {
                     "200": _json("Healthy", {"type": "object"}),

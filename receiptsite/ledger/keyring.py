@@ -10,10 +10,17 @@ PREVIOUS_SIGNING_KEY_FILE at the old one, restart, and let a write path run (REA
 the signing key"). The one exception is a key found compromised under the
 append lock: `compromisekey` may have written the new key in place of it, so the file is read
 again then (taken_over), and the new key signs from that write on, with no restart.
+
+A rotation only goes forward: a retired key is never made active again (a shell or a host
+whose SIGNING_KEY_FILE still names the old key would otherwise take the site back to it), and
+a process whose key was retired since it recorded it (another host rotated) signs nothing
+more: the write path reads the key's status under the append lock (found_retired), and
+/healthz says so (check_usable).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -25,6 +32,8 @@ from receiptsite.integrity import keys
 from receiptsite.ledger import key_history
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import SigningKey
+
+logger = logging.getLogger(__name__)
 
 
 class CannotSign(Problem):
@@ -131,6 +140,8 @@ def _activate(key: ConfiguredKey, compromising: str | None = None) -> SigningKey
         row = SigningKey.objects.filter(kid=key.kid).first()
         if row is not None and row.status == SigningKey.COMPROMISED:
             raise _compromised(key.kid)
+        if row is not None and row.status == SigningKey.RETIRED:
+            raise _retired(key.kid)
         _held[key.kid] = key.private
         previous = settings.PREVIOUS_SIGNING_KEY
         if previous is not None:
@@ -176,6 +187,28 @@ def disown(kid: str) -> None:
     _recorded.pop(kid, None)
 
 
+def found_retired(kid: str) -> CannotSign:
+    """The key `kid`, configured here, is retired (read under the append lock): another process
+    rotated to a new key since this one recorded it, or SIGNING_KEY_FILE still names the old
+    key. Forget it, say so in the log, and refuse to sign with it."""
+    _recorded.pop(kid, None)
+    error = _retired(kid)
+    logger.error("signing key: refusing to sign: %s", error.reason)
+    return error
+
+
+def _retired(kid: str) -> CannotSign:
+    active = (
+        SigningKey.objects.filter(status=SigningKey.ACTIVE).values_list("kid", flat=True).first()
+    )
+    now = f"the active key is {active}" if active else "no key is active"
+    return CannotSign(
+        f"the key in SIGNING_KEY_FILE ({kid}) is retired and is never made active again "
+        f"({now}): point SIGNING_KEY_FILE at the active key's file and restart (or, to rotate, "
+        "at a new key)"
+    )
+
+
 def _compromised(kid: str) -> CannotSign:
     return CannotSign(
         f"the key in SIGNING_KEY_FILE ({kid}) is marked compromised; point SIGNING_KEY_FILE "
@@ -189,10 +222,14 @@ def _is_compromised(kid: str) -> bool:
 
 def check_usable() -> None:
     """For /healthz, a read: raise CannotSign unless the configured key may sign (after
-    `compromisekey`, the key it wrote into SIGNING_KEY_FILE counts)."""
+    `compromisekey`, the key it wrote into SIGNING_KEY_FILE counts; a key retired since, by a
+    rotation elsewhere, does not). One query when it may."""
     key = configured()
-    if _is_compromised(key.kid) and _is_compromised(taken_over(key.kid).kid):
+    status = SigningKey.objects.filter(kid=key.kid).values_list("status", flat=True).first()
+    if status == SigningKey.COMPROMISED and _is_compromised(taken_over(key.kid).kid):
         raise _compromised(configured().kid)
+    if status == SigningKey.RETIRED:
+        raise _retired(key.kid)
 
 
 def sign(data: bytes) -> tuple[bytes, SigningKey]:

@@ -250,6 +250,10 @@ def _bring_up_to_date(key: keyring.ActiveKey | None = None) -> Head:
             raise keyring.found_compromised(key.kid)
         # `compromisekey` may have written the new key into SIGNING_KEY_FILE: sign with it.
         key = keyring.record(keyring.taken_over(kid))
+    elif status == SigningKey.RETIRED:
+        # Another host rotated to a new key since this process recorded its own (a rolling
+        # restart), or SIGNING_KEY_FILE still names the old key: never sign with a retired one.
+        raise keyring.found_retired(kid)
     elif key is None:
         key = keyring.active_key()
     if latest is not None and latest.signed.size == current.size and latest.key_id == key.row.pk:

@@ -185,6 +185,42 @@ def grant(db: BaseDatabaseWrapper, role: str) -> None:
             )
 
 
+# For each tenant-scoped table that exists: its owner, and whether row-level security filters
+# it for the role this session runs as (PostgreSQL's own answer: not for the owner, a
+# superuser or a BYPASSRLS role).
+_HIDDEN = """
+SELECT c.relname, pg_get_userbyid(c.relowner), current_user, row_security_active(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relname = ANY(%s)
+ORDER BY array_position(%s, c.relname::text)
+"""
+
+
+def refuse_hidden_rows(command: str) -> None:
+    """For the monitors (`checklog`, `checkdecisions`, `checkwithdrawals`), first: on
+    PostgreSQL, a CommandError with exit status 2, in one line naming the owner to run as, when
+    row-level security hides rows from this session's role (the site role: it sees no
+    receipt, decision or withdrawal outside a request's scope). Run as that role, a monitor
+    would report as tampering the rows it cannot see. Nothing on SQLite."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        tables = [scoped.table for scoped in SCOPED]
+        cursor.execute(_HIDDEN, [tables, tables])
+        rows = cursor.fetchall()
+    hidden = [(table, owner, role) for table, owner, role, active in rows if active]
+    if hidden:
+        tables = [table for table, _, _ in hidden]
+        _, owner, role = hidden[0]
+        raise CommandError(
+            f"{command} must run as the tables' owner, {owner} (or a superuser): it runs as "
+            f"{role}, from which row-level security hides rows of {', '.join(tables)}, so it "
+            f"would report as tampering what it cannot see; run it with DATABASE_URL naming "
+            f"{owner} (README, \"Database roles\")",
+            returncode=2,
+        )
+
+
 def after_migrate(*, using: str, **kwargs: Any) -> None:
     """post_migrate: the policies of every listed table (one added after 0008 included), and
     the site role's grants when DATABASE_SITE_ROLE names it."""

@@ -98,7 +98,39 @@ BAD = [
     ("WITNESS_POLICY_FILE", "{folder}/policy-no-url.txt", "needs its submission URL"),
     ("WITNESS_INTERVAL", "often", "whole number"),
     ("WITNESS_INTERVAL", "0", "at least 1"),
+    ("TRUSTED_PROXIES", "proxy.internal", "'proxy.internal' does not appear to be an IPv4 or"),
+    ("TRUSTED_PROXIES", "10.0.0.1/24", "10.0.0.1/24 has host bits set"),
+    ("TRUSTED_PROXIES", "127.0.0.1, fd00::/129", "not 'fd00::/129'"),
+    ("TRUSTED_PROXIES", "*", "takes IP addresses and CIDR ranges"),
+    ("WEB_CONCURRENCY", "many", "must be a whole number of worker processes, not 'many'"),
+    ("WEB_CONCURRENCY", "2.5", "must be a whole number of worker processes, not '2.5'"),
+    ("WEB_CONCURRENCY", "-1", "must be a whole number of worker processes, not '-1'"),
+    ("WEB_CONCURRENCY", "0", "must be at least 1, not 0"),
 ]
+
+
+def _gunicorns_own(variable: str, value: str) -> bool:
+    # gunicorn reads WEB_CONCURRENCY itself when it is imported, before gunicorn.conf.py or
+    # anything of the site runs (gunicorn/config.py, Workers.default): a value int() cannot
+    # read stops it there with a traceback, a negative one with "Error: Value must be
+    # positive: -1".
+    if variable != "WEB_CONCURRENCY":
+        return False
+    try:
+        return int(value) < 0
+    except ValueError:
+        return True
+
+
+# For gunicorn: those WEB_CONCURRENCY values stop gunicorn in its own words before the site can
+# say anything (README, "Deploying ..."); `manage.py check` names them in one line. Strict, so
+# that the day gunicorn leaves them to its configuration file, this says so.
+GUNICORN_BAD = [
+    pytest.param(*bad, marks=pytest.mark.xfail(
+        strict=True, reason="gunicorn parses WEB_CONCURRENCY at import, before its config file"
+    )) if _gunicorns_own(bad[0], bad[1]) else bad
+    for bad in BAD
+]  # fmt: skip
 
 
 def assert_one_line(done: subprocess.CompletedProcess[str], variable: str, words: str) -> None:
@@ -150,7 +182,7 @@ def gunicorn_port() -> Iterator[int]:
     yield free_port()
 
 
-@pytest.mark.parametrize(("variable", "value", "words"), BAD)
+@pytest.mark.parametrize(("variable", "value", "words"), GUNICORN_BAD)
 def test_gunicorn_stops_before_serving_with_one_line_naming_the_variable(
     folder: Path, gunicorn_port: int, variable: str, value: str, words: str
 ) -> None:

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from receiptsite.integrity import cosignature, keys, merkle, note
 from receiptsite.integrity.encoding import b64
 from receiptsite.ledger import key_history, log, signatures, witnesses
+from receiptsite.receipts import rowsecurity
 from receiptsite.receipts.models import (
     AppendedSignature,
     Checkpoint,
@@ -27,8 +28,9 @@ class Command(BaseCommand):
         "Recompute the transparency log from the stored receipts and compare it with the "
         "stored tree and the latest signed checkpoint, and check the keys' history (every "
         "key's status as its signed statements say); with --against, prove that an earlier "
-        "checkpoint (saved by anyone) is consistent with today's tree. Exits non-zero on any "
-        "mismatch."
+        "checkpoint (saved by anyone) is consistent with today's tree. Exits 1 on any "
+        "mismatch, 2 when run as a role that row-level security hides rows from (run it as "
+        "the tables' owner)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -39,6 +41,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, against: str | None = None, **options: Any) -> None:
+        rowsecurity.refuse_hidden_rows("checklog")  # the wrong role: exit 2, first
         problems: list[str] = []
         leaves: list[bytes] = []
         stored_leaves = dict(
@@ -139,6 +142,7 @@ class Command(BaseCommand):
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             return [f"cannot read {path}: {error}"]
+        text = final_newline(text)
         listed = list(SigningKey.objects.all())
         verifiers = [
             note.verifier_key(current.origin, bytes(key.public_key))
@@ -190,6 +194,17 @@ class Command(BaseCommand):
                 "then: it proves nothing"
             )
         return None, f"{path} is not a checkpoint signed by one of this site's keys"
+
+
+def final_newline(text: str) -> str:
+    """A saved checkpoint as the site signed it when the only difference is its final newline:
+    one missing (what `$(...)`, `printf %s` or an editor leaves) or one more (`jq -r` adds one
+    to a value that already ends with it). Anything else is left as it is, to be refused."""
+    if not text.endswith("\n"):
+        return text + "\n"
+    if text.endswith("\n\n") and not text.endswith("\n\n\n"):
+        return text[:-1]
+    return text
 
 
 def check_appended_signatures() -> list[str]:

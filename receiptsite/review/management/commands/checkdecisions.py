@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from receiptsite.receipts import rowsecurity
 from receiptsite.review import chain as decisions
 
 
@@ -14,7 +15,8 @@ class Command(BaseCommand):
     help = (
         "Verify the record of review decisions: each decision's signed document, its "
         "signature and its place in the chain. Names the first decision that was changed, "
-        "removed or reordered; exits 0 when the record is sound, 1 when it is not."
+        "removed or reordered; exits 0 when the record is sound, 1 when it is not, 2 when run "
+        "as a role that row-level security hides rows from (run it as the tables' owner)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -27,6 +29,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, head: str | None = None, **options: Any) -> None:
+        rowsecurity.refuse_hidden_rows("checkdecisions")  # the wrong role: exit 2, first
         record = decisions.check()
         problems = [str(finding) for finding in record.findings]
         if head is not None and not any(

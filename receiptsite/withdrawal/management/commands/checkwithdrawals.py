@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from receiptsite.receipts import rowsecurity
 from receiptsite.withdrawal import statements
 
 
@@ -15,7 +16,8 @@ class Command(BaseCommand):
         "Verify the withdrawals' signed statements: each statement's bytes, its signature, "
         "its place in the chain, and that the withdrawal and its receipt still say what it "
         "says. Names the first withdrawal that does not check out; exits 0 when the record is "
-        "sound, 1 when it is not."
+        "sound, 1 when it is not, 2 when run as a role that row-level security hides rows "
+        "from (run it as the tables' owner)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -27,6 +29,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, head: str | None = None, **options: Any) -> None:
+        rowsecurity.refuse_hidden_rows("checkwithdrawals")  # the wrong role: exit 2, first
         record = statements.check()
         problems = [str(finding) for finding in record.findings]
         if head is not None and head.strip().lower() not in record.hashes:
