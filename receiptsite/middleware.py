@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+from django.http.request import split_domain_port, validate_host
 from django.urls import URLPattern, get_resolver, get_urlconf, reverse
 from django.urls.resolvers import RoutePattern
 from django.utils import translation
@@ -36,9 +37,16 @@ def _health_path() -> str:
     return reverse("healthz")
 
 
-@functools.cache
 def _site_host() -> str:
-    return urlsplit(settings.SITE_URL).netloc.rpartition("@")[2]
+    """A host ALLOWED_HOSTS takes: SITE_URL's when it does (the default), else the first one
+    it names outright (ALLOWED_HOSTS may name only the hosts a proxy forwards, not SITE_URL's)."""
+    own = urlsplit(settings.SITE_URL).netloc.rpartition("@")[2]
+    if validate_host(split_domain_port(own)[0], settings.ALLOWED_HOSTS):
+        return own
+    for host in settings.ALLOWED_HOSTS:
+        if host != "*" and not host.startswith("."):
+            return host
+    return own
 
 
 class HealthCheckHostMiddleware:

@@ -118,3 +118,15 @@ def test_with_a_witness_policy_healthz_says_how_far_behind_the_witnessed_checkpo
     body = assert_problem(client.get("/healthz"), 503, "cannot-sign")
     assert body["witnesses"]["leaves_behind"] == 2
     assert body["type"] == f"{SITE}/problems/cannot-sign"
+
+
+def test_the_health_check_answers_when_allowed_hosts_names_another_host_than_site_urls(
+    client: Any, settings: Any, db: None
+) -> None:
+    # ALLOWED_HOSTS may name only what a proxy forwards (here the loopback), not SITE_URL's.
+    settings.SITE_URL = "https://receipts.example.org"
+    settings.ALLOWED_HOSTS = ["127.0.0.1"]
+    answer = client.get("/healthz", HTTP_HOST="10.0.0.5:8000")
+    assert answer.status_code in (200, 503), answer.content
+    assert answer.status_code != 400
+    assert client.get("/", HTTP_HOST="10.0.0.5:8000").status_code == 400
