@@ -28,7 +28,7 @@ from receiptsite.integrity.keys import generate_private_key_pem, load_private_ke
 from tests.conftest import example_body
 from tests.livesite import REPO, VENV_BIN, LiveSite, is_postgres
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
 TOOLS = ("bash", "curl", "jq", "openssl", "sha256sum", "base64")
 

@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.livesite import REPO, VENV_BIN, LiveSite
 from tests.otelspans import otlp_json, tracer_provider
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
 PROTOBUF = "application/x-protobuf"
 SKIPPED = ("{skipped} of {spans} span(s) were skipped: they are not tool executions "

@@ -32,6 +32,9 @@ from tests.livesite import PYTHON, REPO, VENV_BIN, LiveSite, Response
 from tests.witnesses import TestWitness, parse_note, policy_text, verify_cosignature
 
 pytestmark = pytest.mark.live
+# What does not depend on the database runs once (.ci/run: on SQLite); the submitter's lock,
+# its outages and its answers run on both (the lock is PostgreSQL's advisory lock there).
+ONCE = pytest.mark.any_database
 
 ORIGIN = "witnessed.test.example/receipts"
 INTERVAL = 2  # seconds: WITNESS_INTERVAL of these sites (longer than the submitter's 1 s look)
@@ -294,6 +297,7 @@ def test_only_one_witness_process_submits_and_another_takes_over(running: Witnes
     assert running.said("cosigned the tree", "spare")
 
 
+@ONCE
 def test_the_tiles_give_the_checkpoints_root_to_a_reader_of_the_tests_own(
     running: Witnessed,
 ) -> None:
@@ -314,6 +318,7 @@ def test_the_tiles_give_the_checkpoints_root_to_a_reader_of_the_tests_own(
         assert read.root_at(int(size)) == base64.b64decode(root)
 
 
+@ONCE
 def test_witness_once_exits_0_only_once_the_quorum_is_met(tmp_path: Path) -> None:
     with witnessed_site(tmp_path, "any") as site:
         site.publish("once")
@@ -352,6 +357,7 @@ def checks_of(result: dict[str, Any]) -> dict[str, str]:
     return {check["name"]: check["result"] for check in result["checks"]}
 
 
+@ONCE
 def test_a_policy_file_and_a_bundle_are_all_a_verifier_needs(
     running: Witnessed, tmp_path: Path
 ) -> None:
@@ -387,6 +393,7 @@ def test_a_policy_file_and_a_bundle_are_all_a_verifier_needs(
     assert status == 2 and "witnesses" not in checks_of(result)
 
 
+@ONCE
 def test_a_receipt_not_yet_witnessed_is_could_not_check_with_a_policy(
     running: Witnessed, tmp_path: Path
 ) -> None:
@@ -410,6 +417,7 @@ def log_key_id(text: str) -> str:
     return base64.b64decode(line.split(" ")[2])[:4].hex()
 
 
+@ONCE
 def test_a_compromise_rests_on_the_witnesses_and_a_verifier_with_the_policy_checks_it(
     tmp_path: Path,
 ) -> None:
@@ -456,6 +464,7 @@ def test_a_compromise_rests_on_the_witnesses_and_a_verifier_with_the_policy_chec
         assert "witness" in detail.lower()
 
 
+@ONCE
 def test_receipt_checklog_checks_the_whole_log_from_its_tiles_and_a_kept_checkpoint(
     running: Witnessed, tmp_path: Path
 ) -> None:
