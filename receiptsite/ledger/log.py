@@ -128,10 +128,7 @@ _SNAPSHOT = (
 )
 # A checkpoint by a compromised key counts only when it was signed before the compromise:
 # SigningKey.disowns, in SQL, so that the read stays one round trip.
-_DISOWNED = (
-    f"k.status = '{SigningKey.COMPROMISED}' "
-    "AND (k.compromised_at IS NULL OR s.signed_at >= k.compromised_at)"
-)
+_DISOWNED = SigningKey.disowns_sql("k", "s.signed_at")
 # For reads: the latest signed note (and the kid of its key when that key was compromised
 # before it signed), the stored size, and the stored root at the size LOG_STATE_FILE
 # remembers, in one round trip.

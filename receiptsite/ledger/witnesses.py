@@ -31,7 +31,13 @@ from django.utils import timezone
 
 from receiptsite.integrity import cosignature, merkle, note
 from receiptsite.integrity.policy import Policy, Witness
-from receiptsite.receipts.models import Checkpoint, Cosignature, SignedCheckpoint, SigningKey
+from receiptsite.receipts.models import (
+    Checkpoint,
+    Cosignature,
+    SignedCheckpoint,
+    SigningKey,
+    format_timestamp,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +68,6 @@ class Witnessed:
     note: str  # the log's signed note, then the counted cosignature lines
     cosigners: tuple[Cosigned, ...]
     checkpoint_id: int  # the SignedCheckpoint whose log signature `note` carries
-    signed_at: datetime  # when the site signed that note (the site's own record)
 
 
 def policy() -> Policy | None:
@@ -143,25 +148,22 @@ _SIGNED = SignedCheckpoint._meta.db_table
 _KEY = SigningKey._meta.db_table
 _HEAD = Checkpoint._meta.db_table
 # The cosignatures of the WINDOW largest cosigned sizes below a bound, with the note each
-# cosigned, its key's standing and the stored tree's root at its size: one round trip.
-# A cosignature signs the checkpoint's body, not the log's signature line: it stands beside
+# cosigned, whether its key disowns it, and the stored tree's root at its size: one round
+# trip. A cosignature signs the checkpoint's body, not the log's signature line: it stands beside
 # any note of that tree the log signed (tlog-witness: a client "can move the valid signatures
 # to its own view of the checkpoint"). Readers get the newest note of the tree by a key that
 # still counts (after a key compromise, the new key's note of the same tree), `latest` here.
-_COUNTS = (
-    f"NOT (k2.status = '{SigningKey.COMPROMISED}' "
-    "AND (k2.compromised_at IS NULL OR s2.signed_at >= k2.compromised_at))"
-)
 _WINDOW = (
-    f"SELECT c.tree_size, c.witness_key, c.line, s.id, s.note, s.signed_at, k.status, "
-    f"k.compromised_at, h.root_hash, latest.id, latest.note, latest.signed_at "
+    f"SELECT c.tree_size, c.witness_key, c.line, s.id, s.note, "
+    f"CASE WHEN {SigningKey.disowns_sql('k', 's.signed_at')} THEN 1 ELSE 0 END, "
+    f"h.root_hash, latest.id, latest.note "
     f"FROM {_TABLE} AS c "
     f"JOIN {_SIGNED} AS s ON s.id = c.checkpoint_id "
     f"JOIN {_KEY} AS k ON k.id = s.signing_key_id "
     f"LEFT JOIN {_HEAD} AS h ON h.tree_size = c.tree_size "
     f"LEFT JOIN {_SIGNED} AS latest ON latest.id = (SELECT s2.id FROM {_SIGNED} AS s2 "
     f"JOIN {_KEY} AS k2 ON k2.id = s2.signing_key_id WHERE s2.tree_size = c.tree_size "
-    f"AND {_COUNTS} ORDER BY s2.id DESC LIMIT 1) "
+    f"AND NOT ({SigningKey.disowns_sql('k2', 's2.signed_at')}) ORDER BY s2.id DESC LIMIT 1) "
     f"WHERE c.tree_size IN (SELECT DISTINCT tree_size FROM {_TABLE} WHERE tree_size < %s "
     f"ORDER BY tree_size DESC LIMIT {WINDOW}) "
     f"ORDER BY c.tree_size DESC, c.id"
@@ -186,20 +188,6 @@ def _rows(below: int) -> Iterator[list[tuple[Any, ...]]]:
         below = rows[-1][0]
 
 
-def _aware(value: Any) -> datetime:
-    """A datetime column as an aware UTC datetime (SQLite's raw cursor gives naive text)."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _disowned(status: str, compromised_at: Any, signed_at: datetime) -> bool:
-    """SigningKey.disowns, from the columns the window reads."""
-    if status != SigningKey.COMPROMISED:
-        return False
-    return compromised_at is None or signed_at >= _aware(compromised_at)
-
-
 def _witnessed(
     rules: Policy, group: list[tuple[Any, ...]], before: datetime | None, evidence: bool
 ) -> Witnessed | None:
@@ -209,9 +197,9 @@ def _witnessed(
     (for `evidence`: any the site signed, since the witnesses date it)."""
     size = group[0][0]
     earliest: dict[str, Cosigned] = {}  # policy name -> its earliest counted cosignature
-    notes: list[tuple[int, str, datetime]] = []
+    notes: list[tuple[int, str]] = []
     for row in group:
-        _size, vkey, line, checkpoint_id, text, signed_at, status, compromised_at, root = row[:9]
+        _size, vkey, line, checkpoint_id, text, disowned, root = row[:7]
         body = body_of(text)
         try:
             _origin, noted_size, noted_root = note.parse_checkpoint(body)
@@ -222,9 +210,8 @@ def _witnessed(
             # Not a tree of this log as stored: never shown as witnessed (checklog says more).
             logger.critical("witnesses: a cosigned checkpoint of %s leaves is not the log's", size)
             continue
-        signed_at = _aware(signed_at)
-        if evidence or not _disowned(status, compromised_at, signed_at):
-            notes.append((checkpoint_id, text, signed_at))
+        if evidence or not disowned:
+            notes.append((checkpoint_id, text))
         read = cosignature.parse_line(line)
         witness = rules.witness_for(read) if read is not None else None
         if witness is None or witness.key.vkey != vkey:
@@ -239,42 +226,39 @@ def _witnessed(
             earliest[witness.name] = Cosigned(witness.key.name, timestamp, line)
     if not notes or not rules.satisfied(earliest):
         return None
-    checkpoint_id, text, signed_at = notes[-1]
-    latest_id, latest_note, latest_signed_at = group[0][9:12]
+    checkpoint_id, text = notes[-1]
+    latest_id, latest_note = group[0][7:9]
     # The newest note of this tree by a key that counts, when its body is the cosigned one.
     if not evidence and latest_id is not None and body_of(latest_note) == body_of(text):
-        checkpoint_id, text, signed_at = latest_id, latest_note, _aware(latest_signed_at)
+        checkpoint_id, text = latest_id, latest_note
     # Every note of one size has the same body (the cosignatures sign the body alone).
     cosigners = tuple(sorted(earliest.values(), key=lambda c: (c.timestamp, c.name)))
     lines = "".join(c.line + "\n" for c in cosigners)
-    return Witnessed(size, text + lines, cosigners, checkpoint_id, signed_at)
+    return Witnessed(size, text + lines, cosigners, checkpoint_id)
 
 
-def latest(below: int | None = None) -> Witnessed | None:
-    """The largest checkpoint (smaller than `below`, if given) that meets the quorum now;
-    None without a policy or before there is one. One query, usually."""
+def _largest(before: datetime | None, evidence: bool) -> Witnessed | None:
     rules = policy()
     if rules is None:
         return None
-    for group in _rows(2**62 if below is None else below):
-        found = _witnessed(rules, group, None, evidence=False)
+    for group in _rows(2**62):
+        found = _witnessed(rules, group, before, evidence)
         if found is not None:
             return found
     return None
+
+
+def latest() -> Witnessed | None:
+    """The largest checkpoint that meets the quorum now; None without a policy or before
+    there is one. One query, usually."""
+    return _largest(None, evidence=False)
 
 
 def evidence_before(since: datetime) -> Witnessed | None:
     """The largest checkpoint that met the quorum with cosignatures all dated before `since`:
     what shows, on the witnesses' word rather than the site's, that its leaves were logged
     before then (key compromise). None without a policy, or when there is none."""
-    rules = policy()
-    if rules is None:
-        return None
-    for group in _rows(2**62):
-        found = _witnessed(rules, group, since, evidence=True)
-        if found is not None:
-            return found
-    return None
+    return _largest(since, evidence=True)
 
 
 def for_size(size: int, before: datetime | None) -> Witnessed | None:
@@ -292,6 +276,4 @@ def for_size(size: int, before: datetime | None) -> Witnessed | None:
 
 
 def cosigners_json(witnessed: Witnessed) -> list[dict[str, str]]:
-    from receiptsite.receipts.models import format_timestamp
-
     return [{"name": c.name, "time": format_timestamp(c.time)} for c in witnessed.cosigners]

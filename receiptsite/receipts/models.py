@@ -139,10 +139,19 @@ class SigningKey(models.Model):
 
     def disowns(self, signed_at: datetime) -> bool:
         """Whether what this key signed at `signed_at` counts for nothing: the key is
-        compromised, and it signed then or later (or no time was recorded). The log's read
-        of its latest checkpoint applies the same rule in SQL (ledger/log.py, _DISOWNED)."""
+        compromised, and it signed then or later (or no time was recorded). Reads that must
+        stay one round trip apply the same rule in SQL (disowns_sql)."""
         return self.status == self.COMPROMISED and (
             self.compromised_at is None or signed_at >= self.compromised_at
+        )
+
+    @classmethod
+    def disowns_sql(cls, key: str, signed_at: str) -> str:
+        """disowns() as an SQL condition: `key` the alias of this table, `signed_at` the
+        column that holds the signing time (ledger/log.py, ledger/witnesses.py)."""
+        return (
+            f"{key}.status = '{cls.COMPROMISED}' "
+            f"AND ({key}.compromised_at IS NULL OR {signed_at} >= {key}.compromised_at)"
         )
 
 
