@@ -25,7 +25,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -125,39 +125,41 @@ class Command(BaseCommand):
     @contextlib.contextmanager
     def lock(self, wait: bool) -> Iterator[None]:
         """Hold the witness lock for the block: one submitter per site, whatever the hosts.
-        `wait`: until the process holding it stops (else CommandError at once)."""
-        if connection.vendor == "postgresql":
-            while not self._advisory_lock():
+        `wait`: until the process holding it stops (else CommandError at once); a process
+        stopped while it waits runs the block without it (its loop then does not run)."""
+        with contextlib.ExitStack() as held:
+            attempt = self._lock_attempt(held)
+            while not attempt():
                 if not wait:
                     raise CommandError("another `manage.py witness` is running for this site")
                 logger.info("witness: another `manage.py witness` holds the lock; waiting")
                 self.sleep(max(settings.WITNESS_INTERVAL, 5))
                 if self.stopping:
-                    yield  # stopped while waiting: the caller's loop does not run
-                    return
-            try:
-                yield
-            finally:
-                with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock_all()")
-            return
+                    break
+            yield
+
+    def _lock_attempt(self, held: contextlib.ExitStack) -> Callable[[], bool]:
+        """What tries to take the lock once, without waiting: on PostgreSQL a session
+        advisory lock (released when `held` closes), on SQLite a file lock in VAR_DIR."""
+        if connection.vendor == "postgresql":
+            held.callback(self._advisory_unlock)
+            return self._advisory_lock
         path = Path(settings.VAR_DIR) / "witness.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as held:
-            while True:
-                try:
-                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if not wait:
-                        raise CommandError(
-                            "another `manage.py witness` is running for this site"
-                        ) from None
-                    logger.info("witness: another `manage.py witness` holds the lock; waiting")
-                    self.sleep(max(settings.WITNESS_INTERVAL, 5))
-                    if self.stopping:
-                        break
-            yield
+        file = held.enter_context(open(path, "w"))  # noqa: SIM115 - closed by `held`
+
+        def attempt() -> bool:
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+        return attempt
+
+    def _advisory_unlock(self) -> None:
+        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all()")
 
     def _advisory_lock(self) -> bool:
         with connection.cursor() as cursor:
