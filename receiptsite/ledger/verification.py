@@ -91,21 +91,13 @@ def _record_matches(receipt: Receipt, reading: _Reading, digest: str) -> tuple[b
     return not wrong, wrong
 
 
-def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
-    """The verification JSON (docs/verification.md) of a receipt fetched with its tenant,
-    signing key and log entry (Receipt.objects.verifiable() or for_verification())."""
-    return verification_and_key(receipt, now)[0]
-
-
-def verification_and_key(
-    receipt: Receipt, now: datetime | None = None
-) -> tuple[dict[str, Any], SigningKey]:
-    """The verification JSON, and the key of the signature it shows (the receipt page names
-    that key's `x` in its "check it yourself" commands), at no cost beyond the JSON's."""
-    data = receipt.raw_bytes()
+def _checks_of_the_bytes(
+    receipt: Receipt, data: bytes, reading: _Reading
+) -> tuple[list[CheckResult], signatures.Shown]:
+    """The checks of the stored bytes themselves, before the log's: canonical_form, hash,
+    record_matches and signature (the newest signature that verifies under a key not
+    compromised, signatures.py), and that signature."""
     checks: list[CheckResult] = []
-    reading = read_bytes(data)
-
     checks.append(
         _check(
             "canonical_form",
@@ -132,9 +124,25 @@ def verification_and_key(
             "The stored columns disagree with the document: " + ", ".join(wrong) + ".",
         )
     )
-    # The newest signature that verifies under a key not compromised (signatures.py).
     signed = signatures.shown(receipt, data)
     checks.append(_check("signature", signed.passed, signed.detail, signed.detail))
+    return checks, signed
+
+
+def verification_json(receipt: Receipt, now: datetime | None = None) -> dict[str, Any]:
+    """The verification JSON (docs/verification.md) of a receipt fetched with its tenant,
+    signing key and log entry (Receipt.objects.verifiable() or for_verification())."""
+    return verification_and_key(receipt, now)[0]
+
+
+def verification_and_key(
+    receipt: Receipt, now: datetime | None = None
+) -> tuple[dict[str, Any], SigningKey]:
+    """The verification JSON, and the key of the signature it shows (the receipt page names
+    that key's `x` in its "check it yourself" commands), at no cost beyond the JSON's."""
+    data = receipt.raw_bytes()
+    reading = read_bytes(data)
+    checks, signed = _checks_of_the_bytes(receipt, data, reading)
 
     evidence = signed.evidence
     log_json, log_check, evidence_proof = _log_part(
@@ -286,14 +294,8 @@ def linked_status(receipt: Receipt, leaf: bytes | None, tree_size: int | None) -
     its links; a receipt whose key is compromised costs one more (its appended signatures).
     Its own page runs every check in full."""
     data = receipt.raw_bytes()
-    reading = read_bytes(data)
-    digest = sha256_hex(data)
-    local = (
-        reading.canonical
-        and digest == receipt.output_hash
-        and _record_matches(receipt, reading, digest)[0]
-        and signatures.shown(receipt, data).passed
-    )
+    checks, _ = _checks_of_the_bytes(receipt, data, read_bytes(data))
+    local = all(check["result"] == "pass" for check in checks)
     index = receipt.log_index
     if not local or index is None or leaf is None or leaf != merkle.leaf_hash(data):
         return "invalid"
