@@ -27,13 +27,12 @@ from typing import Any
 
 import pytest
 
-from receiptsite.integrity import keys, note
-from receiptsite.integrity.keys import generate_private_key_pem, load_private_key_pem, public_raw
+from receiptsite.integrity import keys
 from tests.browser.test_browser import axe_violations, publish
 from tests.browser.test_browser import browser as browser  # the fixture, re-exported
 from tests.live.test_check_commands import change_live_bytes, change_live_row
+from tests.live.test_witnessing import witnessed_site
 from tests.livesite import LiveSite
-from tests.witnesses import TestWitness, policy_text
 
 pytestmark = [
     pytest.mark.browser,
@@ -113,27 +112,13 @@ def witnessed(tmp_path_factory: pytest.TempPathFactory,
     """A site whose checkpoints two witnesses of the tests' own cosign (2 of 2), as
     tests/browser/test_witnesses_browser.py runs them."""
     tmp = tmp_path_factory.mktemp("verdict-witnessed")
-    key_file = tmp / "site-key.pem"
-    key_file.write_bytes(generate_private_key_pem())
-    key_file.chmod(0o600)
-    log_vkey = note.verifier_key(ORIGIN, public_raw(load_private_key_pem(key_file.read_bytes())))
-    witnesses = [TestWitness.numbered(n, [log_vkey], folder=tmp / f"w{n}") for n in (1, 2)]
-    try:
-        for witness in witnesses:
-            witness.start()
-        policy = tmp / "policy.txt"
-        policy.write_text(policy_text([log_vkey], witnesses, "all"))
-        env = {"SIGNING_KEY_FILE": str(key_file), "LOG_ORIGIN": ORIGIN,
-               "WITNESS_POLICY_FILE": str(policy), "WITNESS_INTERVAL": "1"}
-        with LiveSite(workers=2, env=env) as live:
-            receipt = publish(live, idempotency_key="witnessed")
-            live.manage("witness", "--once")
-            answer = live.get(f"/api/receipt/{receipt['id']}/verify").json()
-            assert answer["log"]["witnessed"] is not None
-            yield {"live": live, "witnessed": receipt}
-    finally:
-        for witness in witnesses:
-            witness.close()
+    with witnessed_site(tmp, "all", origin=ORIGIN, interval=1) as made:
+        live = made.site
+        receipt = publish(live, idempotency_key="witnessed")
+        live.manage("witness", "--once")
+        answer = live.get(f"/api/receipt/{receipt['id']}/verify").json()
+        assert answer["log"]["witnessed"] is not None
+        yield {"live": live, "witnessed": receipt}
 
 
 # state: (which site, which receipt, the verdict it must show)

@@ -17,12 +17,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from playwright.sync_api import Browser, Locator, Page, Route
 
-from receiptsite.integrity import cosignature, note
-from receiptsite.integrity.keys import generate_private_key_pem, load_private_key_pem, public_raw
+from receiptsite.integrity import cosignature
+from receiptsite.integrity.keys import public_raw
 from tests.browser.test_browser import Watched, axe_violations, publish
 from tests.browser.test_browser import browser as browser  # the fixture, re-exported
-from tests.livesite import LiveSite
-from tests.witnesses import TestWitness, policy_text
+from tests.live.test_witnessing import witnessed_site
 
 pytestmark = [
     pytest.mark.browser,
@@ -48,36 +47,18 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     witnessed (`witness --once` exits 0 only once both cosigned); a third, published after it,
     is not."""
     tmp = tmp_path_factory.mktemp("witnessed-page")
-    key_file = tmp / "site-key.pem"
-    key_file.write_bytes(generate_private_key_pem())
-    key_file.chmod(0o600)
-    log_vkey = note.verifier_key(ORIGIN, public_raw(load_private_key_pem(key_file.read_bytes())))
-    witnesses = [TestWitness.numbered(n, [log_vkey], folder=tmp / f"w{n}") for n in (1, 2)]
-    try:
-        for witness in witnesses:
-            witness.start()
-        policy = tmp / "policy.txt"
-        policy.write_text(policy_text([log_vkey], witnesses, "all"))
-        env = {
-            "SIGNING_KEY_FILE": str(key_file),
-            "LOG_ORIGIN": ORIGIN,
-            "WITNESS_POLICY_FILE": str(policy),
-            "WITNESS_INTERVAL": "1",
-        }
-        with LiveSite(workers=2, env=env) as live:
-            publish(live, idempotency_key="witnessed-first")
-            witnessed = publish(live, idempotency_key="witnessed")
-            live.manage("witness", "--once")
-            newer = publish(live, idempotency_key="not-yet-witnessed")
-            answer = live.get(f"/api/receipt/{witnessed['id']}/verify").json()
-            assert answer["log"]["witnessed"] is not None
-            assert live.get(f"/api/receipt/{newer['id']}/verify").json()["log"]["witnessed"] \
-                is None
-            yield {"live": live, "witnessed": witnessed, "newer": newer,
-                   "witnesses": witnesses, "cosigners": answer["log"]["witnessed"]["cosigners"]}
-    finally:
-        for witness in witnesses:
-            witness.close()
+    with witnessed_site(tmp, "all", origin=ORIGIN, interval=1) as made:
+        live = made.site
+        publish(live, idempotency_key="witnessed-first")
+        witnessed = publish(live, idempotency_key="witnessed")
+        live.manage("witness", "--once")
+        newer = publish(live, idempotency_key="not-yet-witnessed")
+        answer = live.get(f"/api/receipt/{witnessed['id']}/verify").json()
+        assert answer["log"]["witnessed"] is not None
+        assert live.get(f"/api/receipt/{newer['id']}/verify").json()["log"]["witnessed"] \
+            is None
+        yield {"live": live, "witnessed": witnessed, "newer": newer,
+               "witnesses": made.witnesses, "cosigners": answer["log"]["witnessed"]["cosigners"]}
 
 
 @pytest.fixture

@@ -117,13 +117,18 @@ def body(key: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def witnessed_site(tmp: Path, quorum: str, count: int = 2) -> Iterator[Witnessed]:
-    """Witnesses first (they must trust the log's key, which the test makes and names with a
-    fixed origin), then the policy naming them, then the site, which reads it at start."""
+def witnessed_site(
+    tmp: Path, quorum: str, count: int = 2, *, origin: str = ORIGIN, interval: int = INTERVAL
+) -> Iterator[Witnessed]:
+    """A live site that `count` witnesses of the tests' own cosign, under `quorum` (the
+    browser tests' witnessed sites are made here too). Witnesses first (they must trust the
+    log's key, which the test makes and names with a fixed origin), then the policy naming
+    them, then the site, which reads it at start."""
     key_file = tmp / "site-key.pem"
     key_file.write_bytes(generate_private_key_pem())
+    key_file.chmod(0o600)
     raw = public_raw(load_private_key_pem(key_file.read_bytes()))
-    log_vkey = note.verifier_key(ORIGIN, raw)
+    log_vkey = note.verifier_key(origin, raw)
     witnesses = [TestWitness.numbered(n, [log_vkey], folder=tmp / f"w{n}") for n in
                  range(1, count + 1)]  # fmt: skip
     try:
@@ -133,9 +138,9 @@ def witnessed_site(tmp: Path, quorum: str, count: int = 2) -> Iterator[Witnessed
         policy.write_text(policy_text([log_vkey], witnesses, quorum))
         env = {
             "SIGNING_KEY_FILE": str(key_file),
-            "LOG_ORIGIN": ORIGIN,
+            "LOG_ORIGIN": origin,
             "WITNESS_POLICY_FILE": str(policy),
-            "WITNESS_INTERVAL": str(INTERVAL),
+            "WITNESS_INTERVAL": str(interval),
         }
         with LiveSite(workers=2, env=env) as site:
             witnessed = Witnessed(site, witnesses, tmp)
