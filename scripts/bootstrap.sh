@@ -63,11 +63,16 @@ uv_sources_from_pip() {
 bootstrap_test_packages() {
   # Debian packages the tests use: chromium for the browser tests, gettext for the check that
   # the translation catalogues hold exactly the strings the code marks, wrk for the smoke test
-  # of bench/run.py.
+  # of bench/run.py, nginx for the front proxy's test (deploy/nginx), systemd's
+  # systemd-analyze for the check of the units (deploy/systemd), openssl for the test's
+  # self-signed certificate.
   missing=()
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v xgettext >/dev/null 2>&1 || missing+=(gettext)
   command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+  [ -x /usr/sbin/nginx ] || missing+=(nginx)
+  command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       echo "Installing Debian's ${missing[*]} for the tests..."
