@@ -33,7 +33,7 @@ from receiptsite.integrity import tiles
 from receiptsite.integrity.encoding import b64
 from receiptsite.ledger import keyring, log, witnesses
 from receiptsite.ledger import tiles as log_tiles
-from receiptsite.ledger.keys_document import keys_document_json
+from receiptsite.ledger.keys_document import ended_json, keys_document_json
 from receiptsite.middleware import DATABASE_ERRORS, database_unavailable
 from receiptsite.problems import Problem, withdrawn_key
 from receiptsite.receipts.models import Receipt, format_timestamp
@@ -351,6 +351,13 @@ def healthz(request: HttpRequest) -> HttpResponse:
             failed.append(error)
             checks.append(_check("log", "fail", error.detail))
         extra = {"witnesses": _witness_lag(signed)} if witnesses.policy() is not None else {}
+        if signed is not None and signed.origin != settings.LOG_ORIGIN:
+            # A log that continues another (`continuelog`, after a restore that lost signed
+            # trees) says so, in either answer: what the ended log signed, and what was lost.
+            # (Looked up only when the origin is not the configured one: never, otherwise.)
+            ended = [ended_json(*pair) for pair in log.verified_continuations()]
+            if ended:
+                extra["log"] = {"origin": signed.origin, "ended": ended}
     except DATABASE_ERRORS as error:
         down = database_unavailable(error)
         failed, checks, extra = [down], [_check("database", "fail", down.detail)], {}

@@ -9,8 +9,28 @@ from typing import Any
 
 from receiptsite.integrity import keys as ed25519
 from receiptsite.integrity import note
+from receiptsite.integrity.continuation import Continuation
+from receiptsite.integrity.encoding import b64
 from receiptsite.ledger import key_history, log, witnesses
-from receiptsite.receipts.models import SigningKey, format_timestamp
+from receiptsite.receipts.models import LogContinuation, SigningKey, format_timestamp
+
+
+def ended_json(row: LogContinuation, statement: Continuation) -> dict[str, Any]:
+    """One ended log, as the keys document and /healthz show it."""
+    return {
+        "origin": statement.ended,
+        "signed_size": statement.signed_size,
+        "signed_root_hash": b64(statement.signed_root),
+        "kept_size": statement.kept_size,
+        "kept_root_hash": b64(statement.kept_root),
+        "lost": statement.lost,
+        "continued_as": statement.continues_as,
+        "ended_at": format_timestamp(row.recorded_at),
+        # The signed note (integrity/continuation.py), signed under the ended log's name: the
+        # ended log's verifier key of the key that signed it checks it.
+        "statement": row.statement,
+        "verifier_key": note.verifier_key(statement.ended, bytes(row.signing_key.public_key)),
+    }
 
 
 def keys_document_json() -> dict[str, Any]:
@@ -59,6 +79,9 @@ def keys_document_json() -> dict[str, Any]:
             # The witnesses the site asks to cosign, as a tlog-policy file a verifier keeps
             # (no URLs); null without WITNESS_POLICY_FILE (ledger/witnesses.py).
             "witness_policy": rules.text(log_keys) if rules is not None else None,
+            # Every log this one continues (`continuelog`, after a restore that lost signed
+            # trees), oldest first: what it signed, what was kept, and the signed statement.
+            "ended": [ended_json(*pair) for pair in log.verified_continuations()],
         },
         "history": key_history.history_json(),
     }

@@ -35,6 +35,7 @@ nothing, and reads answer 503 or fail the inclusion check (LogRollback).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -50,11 +51,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from receiptsite.integrity import merkle, note
+from receiptsite.integrity.continuation import Continuation
 from receiptsite.integrity.encoding import b64, b64decode
 from receiptsite.ledger import keyring, logstate
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import (
     Checkpoint,
+    LogContinuation,
     LogEntry,
     LogNode,
     Receipt,
@@ -112,19 +115,24 @@ _HEAD = Checkpoint._meta.db_table
 _ENTRY = LogEntry._meta.db_table
 _SIGNED = SignedCheckpoint._meta.db_table
 _KEY = SigningKey._meta.db_table
+_CONTINUATION = LogContinuation._meta.db_table
 
 # The stored head and the latest signed checkpoint (with the stored root at its size), in one
-# round trip; and the status of the key a write path is about to sign with (the key `%s`
-# names), so that a key marked compromised by `compromisekey` meanwhile signs nothing more.
+# round trip; the status of the key a write path is about to sign with (the key `%s`
+# names), so that a key marked compromised by `compromisekey` meanwhile signs nothing more;
+# and the latest continuation of the log (`continuelog`), whose new origin is the head's when
+# the log has not grown since.
 _SNAPSHOT = (
     f"SELECT h.tree_size, h.root_hash, h.origin, s.signing_key_id, s.note, r.root_hash, "
-    f"k.status FROM (SELECT 1 AS one) AS base "
+    f"k.status, c.tree_size, c.new_origin FROM (SELECT 1 AS one) AS base "
     f"LEFT JOIN (SELECT tree_size, root_hash, origin FROM {_HEAD} "
     f"ORDER BY tree_size DESC LIMIT 1) AS h ON 1 = 1 "
     f"LEFT JOIN (SELECT tree_size, signing_key_id, note FROM {_SIGNED} "
     f"ORDER BY tree_size DESC, id DESC LIMIT 1) AS s ON 1 = 1 "
     f"LEFT JOIN {_HEAD} AS r ON r.tree_size = s.tree_size "
-    f"LEFT JOIN {_KEY} AS k ON k.kid = %s"
+    f"LEFT JOIN {_KEY} AS k ON k.kid = %s "
+    f"LEFT JOIN (SELECT tree_size, new_origin FROM {_CONTINUATION} "
+    f"ORDER BY id DESC LIMIT 1) AS c ON 1 = 1"
 )
 # A checkpoint by a compromised key counts only when it was signed before the compromise:
 # SigningKey.disowns, in SQL, so that the read stays one round trip.
@@ -171,21 +179,30 @@ def _snapshot(kid: str = "") -> tuple[Head, _Latest | None]:
 
 def _snapshot_with_status(kid: str) -> tuple[Head, _Latest | None, str | None]:
     """The stored head, the latest signed checkpoint, and the status of the key `kid`."""
-    ((size, root, origin, key_id, text, signed_root, status),) = _query(_SNAPSHOT, [kid])
+    rows = _query(_SNAPSHOT, [kid])
+    ((size, root, origin, key_id, text, signed_root, status, continued_at, continued_as),) = rows
     latest = None
     if text is not None:
         signed = _parse(text)
         stored_root = merkle.EMPTY_ROOT if signed.size == 0 else signed_root
         latest = _Latest(key_id, signed, bytes(stored_root) if stored_root is not None else None)
+    if continued_at is not None and continued_at == (size or 0) and any(
+        statement.continues_as == continued_as and statement.kept_size == continued_at
+        for statement in continuations().values()
+    ):
+        # Continued under a new origin at this very tree (`continuelog`; its statement
+        # verifies): the heads stored from now on carry it. (Rare: until the next append.)
+        origin = continued_as
+    elif size is None:
+        # The origin is fixed by the first checkpoint, even the empty tree's: a later change
+        # of SITE_URL does not move the log.
+        if latest is not None:
+            origin = latest.signed.origin
+        else:
+            known = _combine(_remembered())
+            origin = known.origin if known is not None else settings.LOG_ORIGIN
     if size is not None:
         return Head(origin=origin, size=size, root=bytes(root)), latest, status
-    # The origin is fixed by the first checkpoint, even the empty tree's: a later change of
-    # SITE_URL does not move the log.
-    if latest is not None:
-        origin = latest.signed.origin
-    else:
-        known = read_state()
-        origin = known.origin if known is not None else settings.LOG_ORIGIN
     return Head(origin=origin, size=0, root=merkle.EMPTY_ROOT), latest, status
 
 
@@ -230,8 +247,9 @@ def _bring_up_to_date(key: keyring.ActiveKey | None = None) -> Head:
             kid = keyring.configured().kid
         except keyring.CannotSign:
             kid = ""  # raised again below, once the log itself is checked
+    remembered = _remembered()
     current, latest, status = _snapshot_with_status(kid)
-    known = read_state()
+    known = read_state(current.origin, remembered)
     # The stored tree must extend both the tree remembered outside the database and the latest
     # one signed inside it (usually the same tree: then this costs no further query).
     roots = {current.size: current.root}
@@ -291,7 +309,7 @@ def remember(current: Head) -> None:
         transaction.on_commit(functools.partial(remember, current))
         return
     known = _read_file()
-    if known is None or known.size < current.size:
+    if known is None or known.origin != current.origin or known.size < current.size:
         _remember(current)
     else:
         logstate.write(_state_body(current))
@@ -371,8 +389,14 @@ def published() -> SignedHead:
     # LOG_STATE_FILE first: it names only trees already committed, so the stored tree read
     # after it is at least as large unless the database went back. (Read the other way round,
     # a signature made between the two reads would look like a rollback.)
-    known = read_state()
+    remembered = _remembered()
+    known = _combine(remembered)
     ((text, disowned, size, root),) = _query(_PUBLISHED, [known.size if known is not None else 0])
+    if text is not None and any(state.origin != _parse(text).origin for state in remembered):
+        # A tree of a log since continued under a new origin (rare: until this host signs a
+        # tree of the new log): the tree its continuation kept, and the stored root at it.
+        known = read_state(_parse(text).origin, remembered)
+        root = root_at(known.size) if known is not None else None
     if known is not None:
         stored_root = merkle.EMPTY_ROOT if known.size == 0 else root
         _refuse(known, size or 0, bytes(stored_root) if stored_root is not None else None)
@@ -452,18 +476,39 @@ def _read_file() -> Head | None:
     return state
 
 
-def read_state() -> Head | None:
-    """The largest tree remembered: in LOG_STATE_FILE, or, with REDIS_URL, in Redis, where
-    every host records what it signs (ledger/logstate.py); None before the first."""
+def _remembered() -> list[Head]:
+    """The trees remembered in LOG_STATE_FILE and, with REDIS_URL, in Redis, where every host
+    records what it signs (ledger/logstate.py): none, one or both."""
     state = _read_file()
     try:
         shared = logstate.read()
         other = _state_head(shared) if shared is not None else None
     except (ValueError, KeyError, TypeError) as error:
         raise LogRollback(f"the tree remembered in Redis is unreadable ({error})") from None
-    if other is None or (state is not None and state.size > other.size):
+    return [head for head in (state, other) if head is not None]
+
+
+def read_state(origin: str | None = None, remembered: list[Head] | None = None) -> Head | None:
+    """The largest tree remembered (in LOG_STATE_FILE or in Redis), None before the first.
+    With `origin`, the log's current origin: a tree remembered of a log since continued under
+    a new origin counts as the tree of the current log it stands for (continued_tree), and a
+    tree of a log the stored log does not continue is refused (LogRollback)."""
+    states = _remembered() if remembered is None else remembered
+    if origin is not None and any(state.origin != origin for state in states):
+        chain = continuations()
+        states = [continued_tree(state, origin, chain) for state in states]
+    return _combine(states)
+
+
+def _combine(states: list[Head]) -> Head | None:
+    """The larger of the remembered trees; LogRollback for two of one size and log that
+    differ."""
+    if not states:
+        return None
+    state, other = states[0], states[-1]
+    if state.size > other.size:
         return state
-    if state is not None and state.size == other.size and state.root != other.root:
+    if state.origin == other.origin and state.size == other.size and state.root != other.root:
         problem = (
             f"the trees of {state.size} leaves remembered in LOG_STATE_FILE and in Redis "
             "differ (do the hosts share one database?)"
@@ -471,6 +516,195 @@ def read_state() -> Head | None:
         logger.critical("transparency log: refusing to sign: %s", problem)
         raise LogRollback(problem)
     return other
+
+
+# --- a log continued under a new origin (`manage.py continuelog`) --------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _statement(text: str, name: str, public: bytes) -> Continuation | None:
+    """The statement of a signed note `text` by the key `public` under `name`, or None."""
+    body = note.verify_note(text, [note.verifier_key(name, public)])
+    try:
+        return Continuation.parse(body) if body is not None else None
+    except ValueError:
+        return None
+
+
+def continuations() -> dict[str, Continuation]:
+    """Every continuation of the log whose statement verifies (verified_continuations), by
+    the origin it ended."""
+    return {statement.ended: statement for _row, statement in verified_continuations()}
+
+
+def verified_continuations() -> list[tuple[LogContinuation, Continuation]]:
+    """The continuations of the log, oldest first, whose statement verifies: signed by the
+    key its row names, under the ended log's name, by a key that does not disown it, and
+    saying what its row says. A row that fails is logged and counts for nothing."""
+    found: list[tuple[LogContinuation, Continuation]] = []
+    for row in LogContinuation.objects.select_related("signing_key").order_by("id"):
+        key = row.signing_key
+        statement = _statement(row.statement, row.old_origin, bytes(key.public_key))
+        expected = (
+            row.old_origin, row.signed_size, bytes(row.signed_root), row.tree_size,
+            bytes(row.root_hash), row.new_origin,
+        )  # fmt: skip
+        if (
+            statement is None
+            or key.disowns(row.recorded_at)
+            or (
+                statement.ended, statement.signed_size, statement.signed_root,
+                statement.kept_size, statement.kept_root, statement.continues_as,
+            ) != expected  # fmt: skip
+        ):
+            logger.critical(
+                "transparency log: the continuation of %s (row %s) does not verify",
+                row.old_origin, row.pk,
+            )  # fmt: skip
+            continue
+        found.append((row, statement))
+    return found
+
+
+def continued_tree(known: Head, origin: str, chain: dict[str, Continuation]) -> Head:
+    """The tree of the log `origin` that a remembered tree `known` of an ended log stands for:
+    itself, renamed, when the kept tree holds it (its root is then checked like any other);
+    the kept tree when it was of the leaves the statement says were lost. LogRollback when no
+    continuation leads from its log to `origin`, or when the statement does not cover it (a
+    larger tree, or another root at the size it says was signed)."""
+    seen: set[str] = set()
+    while known.origin != origin:
+        statement = chain.get(known.origin)
+        if statement is None or known.origin in seen:
+            problem = (
+                f"a tree of the log {known.origin!r} was signed before, which the stored log "
+                f"{origin!r} does not continue (was the database restored from a backup older "
+                "than its `continuelog`?)"
+            )
+            logger.critical("transparency log: refusing to sign: %s", problem)
+            raise LogRollback(problem)
+        seen.add(known.origin)
+        beyond = known.size > statement.signed_size or (
+            known.size == statement.signed_size and known.root != statement.signed_root
+        )
+        if beyond:
+            problem = (
+                f"a tree of {known.size} leaves of the log {known.origin!r} was signed before, "
+                f"which its continuation as {statement.continues_as!r} does not account for "
+                f"(it says {statement.signed_size} leaves)"
+            )
+            logger.critical("transparency log: refusing to sign: %s", problem)
+            raise LogRollback(problem)
+        if known.size <= statement.kept_size:
+            known = Head(origin=statement.continues_as, size=known.size, root=known.root)
+        else:
+            known = Head(
+                origin=statement.continues_as, size=statement.kept_size, root=statement.kept_root
+            )
+    return known
+
+
+def followed(tree: Head, origin: str, chain: dict[str, Continuation]) -> tuple[Head | None, str]:
+    """For a verifier that kept a checkpoint `tree` of a log since continued (`checklog
+    --against`): the same tree as one of the log `origin` when each continuation kept it, and
+    what was followed; else None and why (it is of leaves a statement says were lost, of more
+    than the statement says was signed, or of a log the stored one does not continue)."""
+    steps: list[str] = []
+    while tree.origin != origin:
+        statement = chain.get(tree.origin)
+        if statement is None or len(steps) > len(chain):
+            return None, f"the log {tree.origin!r} is not one the log {origin!r} continues"
+        said = (
+            f"the log {statement.ended} ended at {statement.kept_size} leaves, having signed "
+            f"{statement.signed_size}, and continues as {statement.continues_as}"
+        )
+        if tree.size > statement.signed_size:
+            return None, f"it is of {tree.size} leaves, more than the site says it signed: {said}"
+        if tree.size > statement.kept_size:
+            return None, f"it is of {tree.size} leaves, which the site says it lost: {said}"
+        steps.append(said)
+        tree = Head(origin=statement.continues_as, size=tree.size, root=tree.root)
+    return tree, "; ".join(steps)
+
+
+def next_origin(origin: str) -> str:
+    """The default origin a log continues under: `<origin>/2`, then `/3`, ..."""
+    base, _, number = origin.rpartition("/")
+    if base and number.isdigit() and number == str(int(number)) and int(number) >= 2:
+        return f"{base}/{int(number) + 1}"
+    return f"{origin}/2"
+
+
+def continue_as(new_origin: str | None, also_signed: Sequence[Head] = ()) -> Continuation:
+    """End the log with a signed statement of the largest tree the site signed and the stored
+    tree it keeps, and continue the stored tree under `new_origin` (default: next_origin()):
+    `manage.py continuelog`, after a restore that lost signed trees. `also_signed`: trees
+    signed by the site that it does not remember (a monitor's or a witness's saved
+    checkpoint), which the statement accounts for too.
+
+    In one durable transaction under the append lock: the statement (models.LogContinuation),
+    and the kept tree's checkpoint signed under the new origin; the new log is then
+    remembered in LOG_STATE_FILE and Redis in place of the old. ValueError, with what to do,
+    when there is nothing to continue (the stored log extends every tree remembered) or the
+    new origin was a log's before."""
+    with transaction.atomic(durable=True):
+        lock()
+        key = keyring.active_key()
+        current, latest, status = _snapshot_with_status(key.kid)
+        if status == SigningKey.COMPROMISED:
+            raise keyring.found_compromised(key.kid)
+        if status == SigningKey.RETIRED:
+            raise keyring.found_retired(key.kid)
+        chain = continuations()
+        candidates = list(_remembered()) + list(also_signed)
+        if latest is not None:
+            candidates.append(latest.signed)
+        ended: dict[str, Head] = {}
+        for tree in candidates:
+            # A tree of a log the stored one does not continue stays as it is: this ends it.
+            with contextlib.suppress(LogRollback):
+                tree = continued_tree(tree, current.origin, chain)
+            if tree.origin not in ended or ended[tree.origin].size < tree.size:
+                ended[tree.origin] = tree
+        if len(ended) > 1:
+            ended.pop(current.origin, None)
+        if len(ended) != 1:
+            raise ValueError(
+                "the site remembers trees of several logs that the stored log does not "
+                f"continue ({', '.join(sorted(ended))}): restore the database from a backup "
+                "that holds the latest `continuelog`"
+            )
+        (signed,) = ended.values()
+        sound = signed.origin == current.origin and signed.size <= current.size
+        if sound and root_at(signed.size) == signed.root:
+            raise ValueError(
+                f"the stored log ({current.size} leaves) extends every tree the site "
+                f"remembers signing (the largest, {signed.size} leaves): nothing was lost, "
+                "so the log goes on as it is"
+            )
+        origin = new_origin or next_origin(signed.origin)
+        used = {current.origin, signed.origin, *chain, *(c.continues_as for c in chain.values())}
+        if origin in used:
+            raise ValueError(f"{origin!r} was a log's origin before: choose another")
+        statement = Continuation(
+            ended=signed.origin, signed_size=signed.size, signed_root=signed.root,
+            kept_size=current.size, kept_root=current.root, continues_as=origin,
+        )  # fmt: skip
+        LogContinuation.objects.create(
+            old_origin=statement.ended, signed_size=statement.signed_size,
+            signed_root=statement.signed_root, tree_size=statement.kept_size,
+            root_hash=statement.kept_root, new_origin=statement.continues_as,
+            statement=note.sign_note(statement.body(), statement.ended, key.private),
+            signing_key=key.row,
+        )  # fmt: skip
+        continued = Head(origin=origin, size=current.size, root=current.root)
+        _store_note(continued, key)
+    _remember(continued)
+    logger.warning(
+        "transparency log: the log %s ended at %s leaves (%s signed, %s lost) and continues as %s",
+        statement.ended, statement.kept_size, statement.signed_size, statement.lost, origin,
+    )  # fmt: skip
+    return statement
 
 
 def _state_body(current: Head) -> dict[str, Any]:
@@ -489,7 +723,9 @@ def _remember(current: Head) -> None:
         with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             known = _read_file()
-            if known is not None and known.size >= current.size:
+            # A tree of another origin is of a log since continued as this one (the write
+            # path's check let it through): the new log's tree replaces it.
+            if known is not None and known.origin == current.origin and known.size >= current.size:
                 return
             temporary = path.with_suffix(path.suffix + ".tmp")
             temporary.write_text(json.dumps(body) + "\n")

@@ -29,11 +29,14 @@ from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
-# KEYS[1] the hash; ARGV the tree size, the state as JSON. Keeps the larger tree; 1 if it
-# wrote. Redis runs a script alone, so two hosts cannot interleave their comparisons.
+# KEYS[1] the hash; ARGV the tree size, the state as JSON, its origin. Keeps the larger tree
+# of one log; 1 if it wrote. A tree of another origin is of a log since continued under this
+# one (`continuelog`; the write path checked that before it signed): the new log's replaces it.
+# Redis runs a script alone, so two hosts cannot interleave their comparisons.
 _KEEP_LARGER = """
 local size = tonumber(redis.call('HGET', KEYS[1], 'tree_size'))
-if size and size >= tonumber(ARGV[1]) then
+local state = redis.call('HGET', KEYS[1], 'state')
+if size and size >= tonumber(ARGV[1]) and state and cjson.decode(state).origin == ARGV[3] then
     return 0
 end
 redis.call('HSET', KEYS[1], 'tree_size', ARGV[1], 'state', ARGV[2])
@@ -86,6 +89,8 @@ def write(state: dict[str, Any]) -> None:
     import redis
 
     try:
-        _client(url)[1](keys=[key()], args=[int(state["tree_size"]), json.dumps(state)])
+        _client(url)[1](
+            keys=[key()], args=[int(state["tree_size"]), json.dumps(state), state["origin"]]
+        )
     except redis.RedisError as error:
         logger.error("transparency log: cannot remember the signed tree in Redis: %s", error)

@@ -125,11 +125,18 @@ def store(checkpoint: SignedCheckpoint, witness: Witness, lines: Sequence[str]) 
     return problems
 
 
-def cosigned_size(witness: Witness) -> int | None:
-    """The largest tree this site holds a cosignature of by `witness`'s key (what the witness
-    last told us it holds, across restarts of the command)."""
+def _of_log(origin: str) -> Any:
+    """The cosignatures of checkpoints of the log `origin` (a log continued under a new
+    origin, `continuelog`, is a new log to its witnesses)."""
+    return Cosignature.objects.filter(checkpoint__note__startswith=f"{origin}\n")
+
+
+def cosigned_size(witness: Witness, origin: str) -> int | None:
+    """The largest tree of the log `origin` this site holds a cosignature of by `witness`'s
+    key (what the witness last told us it holds, across restarts of the command)."""
     found = (
-        Cosignature.objects.filter(witness_key=witness.key.vkey)
+        _of_log(origin)
+        .filter(witness_key=witness.key.vkey)
         .order_by("-tree_size")
         .values_list("tree_size", flat=True)
         .first()
@@ -137,8 +144,8 @@ def cosigned_size(witness: Witness) -> int | None:
     return found
 
 
-def has_cosigned(witness: Witness, size: int) -> bool:
-    return Cosignature.objects.filter(witness_key=witness.key.vkey, tree_size=size).exists()
+def has_cosigned(witness: Witness, size: int, origin: str) -> bool:
+    return _of_log(origin).filter(witness_key=witness.key.vkey, tree_size=size).exists()
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -147,16 +154,19 @@ _TABLE = Cosignature._meta.db_table
 _SIGNED = SignedCheckpoint._meta.db_table
 _KEY = SigningKey._meta.db_table
 _HEAD = Checkpoint._meta.db_table
-# The cosignatures of the WINDOW largest cosigned sizes below a bound, with the note each
-# cosigned, whether its key disowns it, and the stored tree's root at its size: one round
-# trip. A cosignature signs the checkpoint's body, not the log's signature line: it stands beside
-# any note of that tree the log signed (tlog-witness: a client "can move the valid signatures
-# to its own view of the checkpoint"). Readers get the newest note of the tree by a key that
-# still counts (after a key compromise, the new key's note of the same tree), `latest` here.
+# The cosignatures of the WINDOW largest cosigned sizes below a bound, with the note each cosigned,
+# whether its key disowns it, the stored tree's root at its size, and the newest note the log signed
+# (whose origin is the log's: cosignatures of a log since continued under another origin count for
+# nothing here): one round trip. A cosignature signs the checkpoint's body, not the log's signature
+# line: it stands beside any note of that tree the log signed (tlog-witness: a client "can move the
+# valid signatures to its own view of the checkpoint"). Readers get the newest note of the tree by a
+# key that still counts (after a key compromise, the new key's note of the same tree), `latest`
+# here.
 _WINDOW = (
     f"SELECT c.tree_size, c.witness_key, c.line, s.id, s.note, "
     f"CASE WHEN {SigningKey.disowns_sql('k', 's.signed_at')} THEN 1 ELSE 0 END, "
-    f"h.root_hash, latest.id, latest.note "
+    f"h.root_hash, latest.id, latest.note, "
+    f"(SELECT note FROM {_SIGNED} ORDER BY tree_size DESC, id DESC LIMIT 1) "
     f"FROM {_TABLE} AS c "
     f"JOIN {_SIGNED} AS s ON s.id = c.checkpoint_id "
     f"JOIN {_KEY} AS k ON k.id = s.signing_key_id "
@@ -202,9 +212,11 @@ def _witnessed(
         _size, vkey, line, checkpoint_id, text, disowned, root = row[:7]
         body = body_of(text)
         try:
-            _origin, noted_size, noted_root = note.parse_checkpoint(body)
+            origin, noted_size, noted_root = note.parse_checkpoint(body)
         except ValueError:
             continue
+        if not row[9].startswith(f"{origin}\n"):
+            continue  # of a log since continued under another origin
         stored = merkle.EMPTY_ROOT if size == 0 else bytes(root) if root is not None else None
         if noted_size != size or noted_root != stored:
             # Not a tree of this log as stored: never shown as witnessed (checklog says more).

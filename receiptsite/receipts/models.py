@@ -445,6 +445,28 @@ class SignedCheckpoint(models.Model):
         return f"checkpoint of {self.tree_size} leaves ({self.signing_key_id})"
 
 
+class LogContinuation(models.Model):
+    """The end of one log and its continuation under a new origin: `manage.py continuelog`,
+    run as the database's owner after a restore that lost trees the site had signed
+    (integrity/continuation.py says what the signed statement holds; ledger/log.py honours it).
+    Append-only (migrations/0020), and the site role may only read it
+    (receipts/rowsecurity.py): a process holding the site's role cannot end its log to
+    cover a rollback."""
+
+    old_origin = models.CharField(max_length=255)
+    signed_size = models.BigIntegerField()  # the largest tree the ended log signed
+    signed_root = models.BinaryField(max_length=32)
+    tree_size = models.BigIntegerField()  # the kept tree: the new log's first checkpoint
+    root_hash = models.BinaryField(max_length=32)
+    new_origin = models.CharField(max_length=255)
+    statement = models.TextField()  # the signed note of all the above
+    signing_key = models.ForeignKey(SigningKey, on_delete=models.PROTECT, related_name="+")
+    recorded_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"log {self.old_origin} continued as {self.new_origin} at {self.tree_size}"
+
+
 class AppendedSignature(models.Model):
     """A receipt signed again, by the key that replaced a compromised one: made by
     `compromisekey` for each receipt that key signed whose leaf a checkpoint signed before

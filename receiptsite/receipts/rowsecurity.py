@@ -91,7 +91,9 @@ SELECT DISTINCT c.relname FROM pg_trigger t
 JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid
 WHERE p.proname = '{guards_v1.REFUSE_CHANGE}' AND NOT t.tgisinternal
 """
-READ_ONLY_TABLES = ("django_migrations",)
+# Read by the site, written only by the owner: the migrations' record, and the end of a log
+# (`continuelog`, models.LogContinuation).
+READ_ONLY_TABLES = ("django_migrations", "receipts_logcontinuation")
 # Erases a withdrawn receipt's content (withdrawal/withdrawals.py), as the tables' owner: the
 # function migration 0009 installs.
 ERASE_FUNCTION = "receiptsite_erase_withdrawn(bigint)"

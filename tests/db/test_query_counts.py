@@ -35,9 +35,9 @@ PUBLIC = {
     # the page's: verify's three (a receipt that does not verify says so on its first line),
     # and the follow-up note
     "handoff": (4, 6),
-    # the log's head, the keys, and the keys' history (its statements: one table more, one
-    # query, however long the history)
-    "keys": (3, 3),
+    # the log's head, the keys, the keys' history (its statements: one table more, one
+    # query, however long the history), and the logs it continues (`continuelog`)
+    "keys": (4, 4),
     "checkpoint": (1, 1),
     "consistency": (2, 2),
     # the latest signed checkpoint, and whether the active key is marked compromised

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from receiptsite_client.verify.checks import choose_trust
+from receiptsite_client.verify.continuation import chain_of, follow
 from receiptsite_client.verify.keys import TrustedKey, note_signatures
 from receiptsite_client.verify.merkle import HASH_SIZE, tree_root
 from receiptsite_client.verify.note import Note, parse_checkpoint, parse_note
@@ -264,7 +265,8 @@ def check_log(
 
     kept = None
     if kept_text is not None:
-        kept = _check_kept(found, kept_text, origin, size, trust.keys, witness_policy)
+        ended = keys_log.get("ended") if isinstance(keys_log, dict) else None
+        kept = _check_kept(found, kept_text, origin, size, trust.keys, witness_policy, ended)
 
     leaves = _fetch_leaves(found, prefix, size, timeout, get)
     if leaves is None:
@@ -305,19 +307,34 @@ def _check_kept(
     size: int,
     trusted: Sequence[TrustedKey],
     policy: Policy | None,
+    ended: object = None,
 ) -> tuple[int, bytes] | None:
     """The kept checkpoint's (size, root) when it verifies and is no larger; else None and
-    the problem recorded."""
+    the problem recorded. A kept checkpoint of a log the site has since ended is followed
+    into the log it continues as, by the statements of the keys document's `log.ended`
+    (`ended`), each signed by a trusted key."""
     try:
         note, kept_origin, kept_size, kept_root = _read_checkpoint(text)
     except ValueError as error:
         found.fail(f"the kept checkpoint is not a signed checkpoint ({error})")
         return None
     if kept_origin != origin:
-        found.fail(f"the kept checkpoint is for log {kept_origin!r}, not {origin!r}")
-        return None
-    problem = _signature_problem(note, origin, trusted) or _cosigned_words(
-        note, origin, policy, "the kept checkpoint"
+        if ended is None:
+            found.fail(
+                f"the kept checkpoint is for log {kept_origin!r}, not {origin!r} (with --key "
+                "naming the site's keys document, its log.ended says whether one continues "
+                "the other)"
+            )
+            return None
+        chain, problems = chain_of(ended, lambda text, name: _verified_text(text, name, trusted))
+        found.notes.extend(problems)
+        same, said = follow(kept_origin, kept_size, chain, origin)
+        if not same:
+            found.fail(f"the kept checkpoint is of the log {kept_origin!r}, not {origin!r}: {said}")
+            return None
+        found.notes.append(f"The kept checkpoint is of the log {kept_origin}: {said}.")
+    problem = _signature_problem(note, kept_origin, trusted) or _cosigned_words(
+        note, kept_origin, policy, "the kept checkpoint"
     )
     if problem is not None:
         found.fail(f"the kept checkpoint does not verify: {problem}")
@@ -328,8 +345,17 @@ def _check_kept(
             "checkpoint now: the log has shrunk, or serves an older tree"
         )
         return None
-    _report_cosigners(found, note, origin, policy, "the kept checkpoint")
+    _report_cosigners(found, note, kept_origin, policy, "the kept checkpoint")
     return kept_size, kept_root
+
+
+def _verified_text(text: str, name: str, trusted: Sequence[TrustedKey]) -> str | None:
+    """The text of the signed note `text` when a trusted key signed it under `name`."""
+    try:
+        note = parse_note(text)
+    except ValueError:
+        return None
+    return note.text if _signature_problem(note, name, trusted) is None else None
 
 
 def _report_cosigners(

@@ -143,20 +143,30 @@ class Command(BaseCommand):
         except (OSError, UnicodeDecodeError) as error:
             return [f"cannot read {path}: {error}"]
         text = final_newline(text)
+        # Signed under its own log's name: this log's, or one this log continues.
+        named = text.partition("\n")[0]
         listed = list(SigningKey.objects.all())
-        verifiers = [
-            note.verifier_key(current.origin, bytes(key.public_key))
-            for key in listed
-            if key.status != SigningKey.COMPROMISED
-        ]
-        body = note.verify_note(text, verifiers)
+        try:
+            verifiers = [
+                note.verifier_key(named, bytes(key.public_key))
+                for key in listed
+                if key.status != SigningKey.COMPROMISED
+            ]
+            body = note.verify_note(text, verifiers)
+        except ValueError:  # the first line is no key name: not a checkpoint of ours
+            body = None
         if body is None:
-            body, problem = self.by_a_compromised_key(path, text, listed, current.origin)
+            body, problem = self.by_a_compromised_key(path, text, listed, named)
             if body is None:
                 return [problem]
         origin, size, root = note.parse_checkpoint(body)
         if origin != current.origin:
-            return [f"{path} is for the log {origin!r}, not {current.origin!r}"]
+            kept, said = log.followed(
+                log.Head(origin=origin, size=size, root=root), current.origin, log.continuations()
+            )
+            if kept is None:
+                return [f"{path} is of the log {origin!r}, not {current.origin!r}: {said}"]
+            self.stdout.write(f"{path} is of the log {origin}: {said}.")
         if size > len(leaves):
             return [f"{path} has {size} leaves, but the log now has only {len(leaves)}"]
         if size == 0:
@@ -177,7 +187,10 @@ class Command(BaseCommand):
         for key in listed:
             if key.status != SigningKey.COMPROMISED:
                 continue
-            body = note.verify_note(text, [note.verifier_key(origin, bytes(key.public_key))])
+            try:
+                body = note.verify_note(text, [note.verifier_key(origin, bytes(key.public_key))])
+            except ValueError:
+                body = None
             if body is None:
                 continue
             signed = SignedCheckpoint.objects.filter(signing_key=key, note=text).order_by("id")

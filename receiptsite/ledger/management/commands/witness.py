@@ -58,6 +58,11 @@ class Submitter:
     witness: Witness
     holds: int | None = None  # None: not known yet (read from the stored cosignatures)
     next_at: float = 0.0  # time.monotonic()
+    log: str = ""  # the origin `holds` is of: a log continued under a new one starts again
+
+
+def origin_of(checkpoint: SignedCheckpoint) -> str:
+    return checkpoint.note.partition("\n")[0]
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,9 @@ class Command(BaseCommand):
         for submitter in self.submitters:
             if self.stopping or (not force and now < submitter.next_at):
                 continue
-            if witnesses.has_cosigned(submitter.witness, checkpoint.tree_size):
+            if witnesses.has_cosigned(
+                submitter.witness, checkpoint.tree_size, origin_of(checkpoint)
+            ):
                 continue
             submitter.next_at = now + settings.WITNESS_INTERVAL
             self.submit(submitter, checkpoint)
@@ -217,8 +224,9 @@ class Command(BaseCommand):
         witness = submitter.witness
         name = witness.key.name
         size = checkpoint.tree_size
-        if submitter.holds is None:
-            submitter.holds = witnesses.cosigned_size(witness) or 0
+        if submitter.holds is None or submitter.log != origin_of(checkpoint):
+            submitter.log = origin_of(checkpoint)
+            submitter.holds = witnesses.cosigned_size(witness, submitter.log) or 0
         for _attempt in range(2):  # the second: from the size a 409 named
             old = submitter.holds
             if old > size:
@@ -278,7 +286,7 @@ class Command(BaseCommand):
                            witness.key.name, error)  # fmt: skip
             return
         problems = witnesses.store(checkpoint, witness, lines)
-        if witnesses.has_cosigned(witness, checkpoint.tree_size):
+        if witnesses.has_cosigned(witness, checkpoint.tree_size, origin_of(checkpoint)):
             submitter.holds = checkpoint.tree_size
             logger.info("witness %s cosigned the tree of %s leaves", witness.key.name,
                         checkpoint.tree_size)  # fmt: skip
@@ -301,7 +309,9 @@ class Command(BaseCommand):
         if checkpoint is None:
             raise CommandError("the log serves no checkpoint to have witnessed")
         for submitter in self.submitters:
-            done = witnesses.has_cosigned(submitter.witness, checkpoint.tree_size)
+            done = witnesses.has_cosigned(
+                submitter.witness, checkpoint.tree_size, origin_of(checkpoint)
+            )
             self.stdout.write(
                 f"{submitter.witness.key.name}: "
                 + ("cosigned" if done else "not cosigned")
