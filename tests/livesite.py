@@ -372,7 +372,9 @@ class LiveSite:
         """Run a manage.py command against this site's database; its stdout."""
         return _run_manage(self.base_env, *args)
 
-    def _serve(self) -> None:
+    def _serve(self, ready: tuple[int, ...] = (200,)) -> None:
+        """Start gunicorn and wait until /healthz answers one of `ready` (a site refusing
+        its log, after a restore, answers 503 and is up)."""
         env = {
             **self.base_env,
             "WEB_CONCURRENCY": str(self.workers),
@@ -397,13 +399,13 @@ class LiveSite:
                     f"{self.logs()}"
                 )
             try:
-                if self.get("/healthz", timeout=2).status == 200:
+                if self.get("/healthz", timeout=2).status in ready:
                     return
             except OSError:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"/healthz did not answer 200 within {START_TIMEOUT} s:\n{self.logs()}"
+                    f"/healthz did not answer {ready} within {START_TIMEOUT} s:\n{self.logs()}"
                 )
             time.sleep(0.2)
 

@@ -54,11 +54,11 @@ class RoleSite(LiveSite):
     other_key: str = ""
     ids: dict[str, list[str]] = field(default_factory=dict)
 
-    def _serve(self) -> None:
+    def _serve(self, ready: tuple[int, ...] = (200,)) -> None:
         owner = self.base_env["DATABASE_URL"]
         self.base_env["DATABASE_URL"] = as_role(owner, self.role)
         try:
-            super()._serve()
+            super()._serve(ready)
         finally:
             self.base_env["DATABASE_URL"] = owner  # manage.py commands run as the owner
 
