@@ -232,6 +232,22 @@ def check_usable() -> None:
         raise _retired(key.kid)
 
 
+def signing_now() -> ActiveKey:
+    """The key to sign with, its status read from the database now (one query): for the
+    write paths that sign a statement outside the log's append (a decision, a withdrawal's
+    statement), which the log's own check (ledger/log.py, under the append lock) does not
+    cover. Call under the lock that serialises `compromisekey` with them. A key marked
+    compromised gives way to the one `compromisekey` wrote in its place (taken_over); a key
+    retired by a rotation elsewhere refuses, logged (found_retired): CannotSign."""
+    kid = configured().kid
+    status = SigningKey.objects.filter(kid=kid).values_list("status", flat=True).first()
+    if status == SigningKey.COMPROMISED:
+        return record(taken_over(kid))
+    if status == SigningKey.RETIRED:
+        raise found_retired(kid)
+    return active_key()
+
+
 def sign(data: bytes) -> tuple[bytes, SigningKey]:
     key = active_key()
     return keys.sign(key.private, data), key.row

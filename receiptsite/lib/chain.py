@@ -34,10 +34,11 @@ class Seal:
 
 
 def seal(document: dict[str, Any]) -> Seal:
-    """Sign `document` with the site's active key. Raises keyring.CannotSign without one."""
+    """Sign `document` with the site's active key, its status read now (keyring.signing_now:
+    never a key compromised or retired meanwhile). Raises keyring.CannotSign without one."""
     data = canonical_bytes(document)
-    signature, signing_key = keyring.sign(data)
-    return Seal(data, sha256_hex(data), signature, signing_key)
+    key = keyring.signing_now()
+    return Seal(data, sha256_hex(data), keys.sign(key.private, data), key.row)
 
 
 def next_place(last_position: int | None, last_hash: str | None) -> tuple[int, str]:

@@ -75,12 +75,8 @@ def lock() -> None:
 def signing_key() -> keyring.ActiveKey:
     """The key to sign a decision with, its status read from the database now: call after
     lock(), so that a key `compromisekey` marked meanwhile is never used (its run takes the
-    lock too). When the configured key is marked compromised, the key `compromisekey` wrote in
-    its place in SIGNING_KEY_FILE takes over (keyring.taken_over), else keyring.CannotSign."""
-    kid = keyring.configured().kid
-    if SigningKey.objects.filter(kid=kid, status=SigningKey.COMPROMISED).exists():
-        return keyring.record(keyring.taken_over(kid))
-    return keyring.active_key()
+    lock too), nor one retired by a rotation on another host (keyring.signing_now)."""
+    return keyring.signing_now()
 
 
 def chain(decision: ReviewDecision, key: keyring.ActiveKey | None = None) -> DecisionLink:

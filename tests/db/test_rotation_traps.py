@@ -121,3 +121,29 @@ def test_a_rotation_forward_is_unchanged(db: None, settings: Any, tmp_path: Path
         old_kid: SigningKey.RETIRED, keyring.configured().kid: SigningKey.ACTIVE
     }
     assert keyring.configured().kid in out.getvalue()
+
+
+def test_a_host_whose_key_was_retired_elsewhere_signs_no_decision_nor_withdrawal(
+    producer: Producer, auditor: Any, settings: Any, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from receiptsite.receipts.models import DecisionLink, WithdrawalStatement
+    from receiptsite.review.services import decision_record
+    from tests.db.test_withdrawal import withdraw
+
+    answer = producer.publish(idempotency_key="to-review")
+    receipt = Receipt.objects.get(public_id=answer["id"])
+    old_kid = keyring.active_key().kid
+    _, new = new_key(tmp_path, "signing-2027.pem")
+    keyring.record(keyring.configured_from(new))  # another host's rolling restart, first
+    keyring.record(keyring.configured_from(settings.SIGNING_KEY))  # this host, as it held it
+    before = (DecisionLink.objects.count(), WithdrawalStatement.objects.count(), state())
+
+    with caplog.at_level(logging.ERROR, logger="receiptsite.ledger.keyring"):
+        with pytest.raises(keyring.CannotSign) as refused:
+            decision_record(receipt=receipt, reviewer=auditor, conclusion="accepted")
+        assert f"({old_kid}) is retired" in refused.value.detail
+        body = assert_problem(withdraw(producer, answer["id"]), 503, "cannot-sign")
+        assert f"({old_kid}) is retired" in body["detail"]
+    assert (DecisionLink.objects.count(), WithdrawalStatement.objects.count(), state()) == before
+    assert sum("refusing to sign" in r.getMessage() for r in caplog.records) == 2
