@@ -148,10 +148,10 @@ def grants(db: BaseDatabaseWrapper, role: str) -> list[str]:
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}",
     ]
     for table in sorted(guards_v1.tables(db) - set(OWNER_ONLY_TABLES)):
-        if table in append_only:
-            privileges = "SELECT, INSERT"
-        elif table in READ_ONLY_TABLES:
+        if table in READ_ONLY_TABLES:  # whether append-only or not
             privileges = "SELECT"
+        elif table in append_only:
+            privileges = "SELECT, INSERT"
         else:
             privileges = "SELECT, INSERT, UPDATE, DELETE"
         statements.append(f"GRANT {privileges} ON {table} TO {role}")

@@ -260,3 +260,20 @@ def test_a_temporary_permit_in_the_owners_session_lets_no_entry_go(
     ):
         cursor.execute(attack)
     assert snapshot("audit_auditentry") == before
+
+
+def test_the_site_role_may_read_the_end_of_a_log_but_never_write_one(
+    site_role: str, producer: Producer
+) -> None:
+    # Holding the site's role (and even its key), a process cannot end its log to cover a
+    # rollback: `continuelog` is the owner's. It may read what the owner wrote.
+    producer.publish()
+    with acting_as(site_role) as cursor:
+        cursor.execute("SELECT count(*) FROM receipts_logcontinuation")
+        assert cursor.fetchone()[0] == 0
+    with pytest.raises(Error, match="permission denied"), acting_as(site_role) as cursor:
+        cursor.execute(
+            "INSERT INTO receipts_logcontinuation (old_origin, signed_size, signed_root, "
+            "tree_size, root_hash, new_origin, statement, signing_key_id, recorded_at) "
+            "SELECT 'a', 1, '\\x00', 0, '\\x00', 'b', 'x', id, now() FROM receipts_signingkey"
+        )
