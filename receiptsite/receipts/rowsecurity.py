@@ -198,7 +198,9 @@ ORDER BY array_position(%s, c.relname::text)
 """
 
 
-def refuse_hidden_rows(command: str) -> None:
+def refuse_hidden_rows(
+    command: str, consequence: str = "it would report as tampering what it cannot see"
+) -> None:
     """For the monitors (`checklog`, `checkdecisions`, `checkwithdrawals`), first: on
     PostgreSQL, a CommandError with exit status 2, in one line naming the owner to run as, when
     row-level security hides rows from this session's role (the site role: it sees no
@@ -216,8 +218,8 @@ def refuse_hidden_rows(command: str) -> None:
         _, owner, role = hidden[0]
         raise CommandError(
             f"{command} must run as the tables' owner, {owner} (or a superuser): it runs as "
-            f"{role}, from which row-level security hides rows of {', '.join(tables)}, so it "
-            f"would report as tampering what it cannot see; run it with DATABASE_URL naming "
+            f"{role}, from which row-level security hides rows of {', '.join(tables)}, so "
+            f"{consequence}; run it with DATABASE_URL naming "
             f"{owner} (README, \"Database roles\")",
             returncode=2,
         )

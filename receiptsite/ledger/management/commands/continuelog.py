@@ -49,7 +49,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        rowsecurity.refuse_hidden_rows("continuelog")  # the wrong role: exit 2, first
+        # The wrong role (the site's may not write the end of a log): exit 2, first.
+        rowsecurity.refuse_hidden_rows("continuelog", "it may not write the end of a log")
         signed = [self.checkpoint(path) for path in options["checkpoint"]]
         try:
             keyring.check_usable()
