@@ -12,6 +12,7 @@ settings:
 | `TRUSTED_PROXIES` | proxies (addresses, CIDR ranges) whose `X-Forwarded-Proto` is believed   |
 | `LOG_LEVEL`       | the level of every log, gunicorn's and Django's (default `info`, any case)|
 | `GUNICORN_CONTROL_SOCKET` | path of gunicorn's control socket; unset: no control socket       |
+| `METRICS_DIR`     | the workers' metrics files (emptied at start); unset: a private folder    |
 
 The default address is loopback (127.0.0.1:8000): the site is meant to sit behind a reverse
 proxy on the same host that terminates TLS. In a container, set `BIND=0.0.0.0:8000`.
@@ -23,16 +24,21 @@ one line naming it, and the workers, forked from the master, inherit exactly wha
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
 import json
 import os
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 from typing import Any
 
 import gunicorn.util
 from django.core.exceptions import ImproperlyConfigured
 
-from receiptsite.config import stop_line
+from receiptsite.config import ConfigurationError, stop_line
 
 
 def _cores() -> int:
@@ -114,6 +120,61 @@ max_requests_jitter = 5000
 if os.path.isdir("/dev/shm"):
     worker_tmp_dir = "/dev/shm"
 
+# --- metrics ------------------------------------------------------------------------------------
+
+# /metrics sums what every worker counted (receiptsite/metrics): prometheus_client's
+# multiprocess mode, in which each process keeps its values in files of one folder, named by
+# PROMETHEUS_MULTIPROC_DIR. That variable must be set before a worker imports
+# prometheus_client, so the master sets it when it starts (on_starting), before it forks any
+# worker; nothing in the master imports prometheus_client before then. The folder must start
+# empty (values left by another run would be added in): by default a new private folder
+# (mode 700), in memory when /dev/shm is there (like the heartbeat files), made per master, so
+# that two masters (the old and the new during a deploy, two sites on one host) never add up
+# each other's counts, and removed when the master exits. METRICS_DIR names a folder instead
+# (made if missing); its metrics files are removed when the master starts. A reload (HUP)
+# keeps the folder and the counts; a re-exec (USR2) is a new master, with a folder of its own.
+_metrics_dir = os.environ.get("METRICS_DIR", "").strip()
+if _metrics_dir:
+    try:
+        Path(_metrics_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.access(_metrics_dir, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as error:
+        raise SystemExit(stop_line(ConfigurationError(
+            "METRICS_DIR", f"names {_metrics_dir}, which cannot be used as a folder for the "
+            f"workers' metrics ({error.strerror or error})",
+        ))) from None  # fmt: skip
+
+
+def _remove_folder(path: str, master: int) -> None:
+    # atexit runs in every process that exits through Python, the workers forked from the
+    # master included: only the master that made the folder removes it.
+    if os.getpid() == master:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def on_starting(server: Any) -> None:
+    if _metrics_dir:
+        folder = _metrics_dir
+        for stale in Path(folder).glob("*.db"):
+            stale.unlink(missing_ok=True)
+    else:
+        folder = tempfile.mkdtemp(
+            prefix="receiptsite-metrics-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+        )
+        # Also when the master stops before serving (an address it cannot bind).
+        atexit.register(_remove_folder, folder, os.getpid())
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    # prometheus_client's bookkeeping for a worker that is gone (its live gauges' files); its
+    # counts stay, summed in with the others'.
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
 # --- control socket ---------------------------------------------------------------------------
 
 # Gunicorn 25.1+ opens a control socket (for `gunicornc`: change the worker count, reload, shut
@@ -172,6 +233,13 @@ def _write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
         f"X-Request-ID: {uuid.uuid4().hex}\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
+    # Counted like the site's own problems (receiptsite_problems_total), in the worker, where
+    # the site is loaded, before the answer goes out (a scrape after it sees the count), and
+    # never in its way.
+    with contextlib.suppress(Exception):
+        from receiptsite import metrics
+
+        metrics.count_problem(slug, status_int)
     gunicorn.util.write_nonblock(sock, head.encode("latin-1") + body)
 
 

@@ -111,7 +111,7 @@ def rate_limits(text: str) -> RateLimits | None:
     return limits
 
 
-# --- TRUSTED_PROXIES ---------------------------------------------------------------------
+# --- TRUSTED_PROXIES, METRICS_ALLOWED_FROM -----------------------------------------------
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 TRUSTED_PROXIES_USAGE = (
@@ -120,24 +120,44 @@ TRUSTED_PROXIES_USAGE = (
 )
 
 
-def trusted_proxies(text: str) -> tuple[Network, ...]:
-    """The proxies whose X-Forwarded-For and X-Forwarded-Proto are believed: addresses and
-    CIDR ranges, IPv4 or IPv6, as Python's ipaddress reads them (an address alone is a range of
-    one). Anything else stops the start: a host name (a name is not what a connection comes
-    from), a range with host bits set (`10.0.0.1/24`: 10.0.0.0/24 or 10.0.0.1/32?), `*`. A
-    proxy silently left untrusted would make every client look like the proxy: one rate limit
-    and one admin lock-out for the whole site."""
-    networks: list[Network] = []
+def networks(variable: str, text: str, usage: str = TRUSTED_PROXIES_USAGE) -> tuple[Network, ...]:
+    """Addresses and CIDR ranges, IPv4 or IPv6, comma-separated, as Python's ipaddress reads
+    them (an address alone is a range of one): what `variable` names. Anything else stops the
+    start with one line naming `variable`: a host name (a name is not what a connection comes
+    from), a range with host bits set (`10.0.0.1/24`: 10.0.0.0/24 or 10.0.0.1/32?), `*`."""
+    found: list[Network] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         try:
-            networks.append(ipaddress.ip_network(item))
+            found.append(ipaddress.ip_network(item))
         except ValueError as error:
-            raise ConfigurationError(
-                "TRUSTED_PROXIES", f"{TRUSTED_PROXIES_USAGE}, not {item!r} ({error})"
-            ) from None
-    return tuple(networks)
+            raise ConfigurationError(variable, f"{usage}, not {item!r} ({error})") from None
+    return tuple(found)
+
+
+def trusted_proxies(text: str) -> tuple[Network, ...]:
+    """The proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (networks()). A
+    proxy silently left untrusted would make every client look like the proxy: one rate limit
+    and one admin lock-out for the whole site, so a bad entry stops the start."""
+    return networks("TRUSTED_PROXIES", text)
+
+
+# The loopback: a Prometheus (or its agent) on the same host.
+METRICS_ALLOWED_FROM_DEFAULT = "127.0.0.1/32, ::1/128"
+
+
+def metrics_allowed_from(text: str) -> tuple[Network, ...]:
+    """The peers that may read /metrics (receiptsite/metrics): addresses and CIDR ranges as for
+    TRUSTED_PROXIES (networks()); empty is the loopback, `none` is nobody."""
+    value = text.strip()
+    if value.lower() == "none":
+        return ()
+    return networks(
+        "METRICS_ALLOWED_FROM",
+        value or METRICS_ALLOWED_FROM_DEFAULT,
+        f"{TRUSTED_PROXIES_USAGE}, or none",
+    )
 
 
 # --- WEB_CONCURRENCY -----------------------------------------------------------------------

@@ -1,12 +1,14 @@
-"""Site-wide middleware: the health check's Host and the forwarded scheme (both before
-anything reads them), request ids, the headers a route's path asks for (capability URLs,
-routes readable from any origin), and a clear 503 while the database is unreachable."""
+"""Site-wide middleware: the metrics of every request (first of all), the Host of the paths
+asked on a private address and the forwarded scheme (both before anything reads them), request
+ids, the headers a route's path asks for (capability URLs, routes readable from any origin),
+and a clear 503 while the database is unreachable."""
 
 from __future__ import annotations
 
 import functools
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,13 +18,13 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
-from django.urls import URLPattern, get_resolver, get_urlconf, reverse
+from django.urls import URLPattern, get_resolver, get_urlconf
 from django.urls.resolvers import RoutePattern
 from django.utils import translation
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import get_supported_language_variant
 
-from receiptsite import logconfig
+from receiptsite import logconfig, metrics
 from receiptsite.api.ratelimit import from_trusted_proxy
 from receiptsite.capability import ReceiptIdConverter, View, set_capability_headers
 from receiptsite.problems import Problem
@@ -30,11 +32,6 @@ from receiptsite.problems import Problem
 logger = logging.getLogger(__name__)
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-
-
-@functools.cache
-def _health_path() -> str:
-    return reverse("healthz")
 
 
 def _site_host() -> str:
@@ -49,19 +46,35 @@ def _site_host() -> str:
     return own
 
 
-class HealthCheckHostMiddleware:
-    """`/healthz` answers whatever the Host. A load balancer or an orchestrator asks each host
-    on its private address (`Host: 10.0.0.5:8000`), which ALLOWED_HOSTS rightly does not name:
-    Django would answer 400 and log an error with a traceback. The health check's answer holds
-    no link and nothing made from the Host, so for that one path the request is taken as asked
-    of the site's own host (SITE_URL's); every other path keeps Django's Host check. First of
-    all middleware, before anything reads the Host."""
+class MetricsMiddleware:
+    """Every request's duration, by the name of the route that answered it, its method and its
+    status (receiptsite.metrics; never its path). First of all middleware, so that it times
+    what every other one does, and sees the answer each of them may give instead of the view;
+    it reads neither the Host nor the scheme."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path == _health_path():
+        started = time.perf_counter()
+        response = self.get_response(request)
+        metrics.observe_request(request, response.status_code, time.perf_counter() - started)
+        return response
+
+
+class HealthCheckHostMiddleware:
+    """The paths of settings.ANY_HOST_PATHS (`/healthz`, `/metrics`) answer whatever the Host.
+    A load balancer, an orchestrator or Prometheus asks each host on its private address
+    (`Host: 10.0.0.5:8000`), which ALLOWED_HOSTS rightly does not name: Django would answer 400
+    and log an error with a traceback. Their answers hold no link and nothing made from the
+    Host, so for those paths the request is taken as asked of the site's own host (SITE_URL's);
+    every other path keeps Django's Host check. Before anything reads the Host."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path_info in settings.ANY_HOST_PATHS:
             request.META["HTTP_HOST"] = _site_host()
             request.META.pop("HTTP_X_FORWARDED_HOST", None)
         return self.get_response(request)

@@ -1,7 +1,8 @@
 """Every error answer of the API is RFC 9457 problem+json, made here.
 
 Code anywhere below a view raises `Problem`; the API's route decorator
-(receiptsite.api.routes.api_route) turns it into the answer, in one place.
+(receiptsite.api.routes.api_route) turns it into the answer, in one place. Every answer made
+counts in `receiptsite_problems_total`, by its type (receiptsite/metrics).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from typing import Any
 
 from django.conf import settings
 from django.http import JsonResponse
+
+from receiptsite import metrics
 
 
 class Problem(Exception):
@@ -51,6 +54,7 @@ class Problem(Exception):
             response["WWW-Authenticate"] = 'Bearer realm="receipts"'
         for name, value in self.headers.items():
             response[name] = value
+        metrics.count_problem(self.slug, self.status)
         return response
 
 

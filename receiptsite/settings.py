@@ -143,9 +143,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: no middleware may read the Host or the scheme before these two have set them.
-    # /healthz answers whatever the Host (a load balancer asks on the private address);
-    # X-Forwarded-Proto is believed from TRUSTED_PROXIES only.
+    # First of all, so that it times every request and sees every answer (receiptsite/metrics);
+    # it reads neither the Host nor the scheme.
+    "receiptsite.middleware.MetricsMiddleware",
+    # Then, before any middleware reads the Host or the scheme, these two set them.
+    # ANY_HOST_PATHS answer whatever the Host (a load balancer, Prometheus, ask on the private
+    # address); X-Forwarded-Proto is believed from TRUSTED_PROXIES only.
     "receiptsite.middleware.HealthCheckHostMiddleware",
     "receiptsite.middleware.ForwardedProtoMiddleware",
     "receiptsite.middleware.RequestIDMiddleware",
@@ -265,12 +268,16 @@ SECURE_PROXY_SSL_HEADER = None
 # (HSTS), and a plain-http request is redirected to https. The redirect needs the proxy's
 # X-Forwarded-Proto to tell the two apart, so it is on only with TRUSTED_PROXIES (without, a
 # request over TLS would look plain and be redirected to itself; `check --deploy` says so).
-# /healthz stays plain, for a proxy's or orchestrator's health check on the private port.
+# ANY_HOST_PATHS stay plain, for a health check or a scrape on the private port.
 _https = _site.scheme == "https"
 SECURE_HSTS_SECONDS = 31536000 if _https else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = _https
 SECURE_SSL_REDIRECT = _https and bool(TRUSTED_PROXIES)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# The paths infrastructure asks on each host's private address (a load balancer's health
+# check, Prometheus' scrape): answered whatever the Host (middleware.HealthCheckHostMiddleware)
+# and never redirected to https.
+ANY_HOST_PATHS = ("/healthz", "/metrics")
+SECURE_REDIRECT_EXEMPT = [f"^{re.escape(path.lstrip('/'))}$" for path in ANY_HOST_PATHS]
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _https
 SESSION_COOKIE_HTTPONLY = True
 CSRF_TRUSTED_ORIGINS = [f"{_site.scheme}://{_site.netloc}"]
@@ -307,6 +314,11 @@ WITNESS_INTERVAL = envint("WITNESS_INTERVAL", 10)
 # AUDIT_LOG_DAYS: how long API audit-log entries are kept; `manage.py pruneauditlog` removes
 # older ones (the one path the database lets delete them).
 AUDIT_LOG_DAYS = config.audit_log_days(env("AUDIT_LOG_DAYS"))
+
+# METRICS_ALLOWED_FROM: the peers (addresses and CIDR ranges, IPv4 or IPv6) that may read
+# /metrics, asking directly, never through a proxy (receiptsite/metrics/exposition.py); unset:
+# the loopback; `none`: nobody. Parsed here, once, like TRUSTED_PROXIES.
+METRICS_ALLOWED_FROM = config.metrics_allowed_from(env("METRICS_ALLOWED_FROM"))
 
 # WEB_CONCURRENCY: gunicorn's worker processes (gunicorn.conf.py); checked here too, so that
 # `manage.py check` refuses the environment a gunicorn could not start with. None: 2 × cores

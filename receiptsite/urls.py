@@ -9,6 +9,7 @@ from receiptsite.api import views as api
 from receiptsite.audit import views as audit_views
 from receiptsite.capability import ReceiptIdConverter
 from receiptsite.ledger import tiles
+from receiptsite.metrics import exposition as metrics
 from receiptsite.pages import views
 
 register_converter(ReceiptIdConverter, "receipt_id")
@@ -42,6 +43,8 @@ urlpatterns = [
          name="tile-partial"),
     path("api/openapi.json", api.openapi, name="openapi"),
     path("healthz", api.healthz, name="healthz"),
+    # Prometheus' scrape: for METRICS_ALLOWED_FROM, asking directly; anyone else, the 404.
+    path("metrics", metrics.metrics, name="metrics"),
     path("v1/traces", otlp.traces, name="otlp-traces"),
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["receiptsite.pages"]),
          name="javascript-catalog"),

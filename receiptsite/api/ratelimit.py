@@ -31,6 +31,7 @@ from django.db import connection
 from django.db.models import F, Value
 from django.http import HttpRequest, HttpResponse
 
+from receiptsite import metrics
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import RateBucket
 
@@ -143,6 +144,7 @@ def throttle(scope: str, who: str, cost: int = 1, now: float | None = None) -> N
     if wait <= 0:
         return
     seconds = max(1, math.ceil(wait))
+    metrics.count_refusal(scope)
     raise Problem(
         429,
         "rate-limited",

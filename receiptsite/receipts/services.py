@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from receiptsite import metrics
 from receiptsite.evidence.declaration import columns_of
 from receiptsite.evidence.document import (
     DocumentInvalid,
@@ -193,6 +194,7 @@ def receipt_ingest(
         logged = log.append(receipt, data, current)  # and its signed checkpoint
         if before_commit is not None:
             before_commit([Ingested(receipt=receipt, replayed=False)])
+    metrics.count_stored(1)  # once the outermost transaction commits
     log.remember(logged)  # committed: now it may be remembered outside the database
     _log_entry_cached(receipt, logged.size - 1)
     return Ingested(receipt=receipt, replayed=False)
@@ -320,6 +322,7 @@ def receipts_ingest(
         logged = log.append_many(batch.stored, current)
         if before_commit is not None:
             before_commit([outcome for outcome in results if isinstance(outcome, Ingested)])
+    metrics.count_stored(len(batch.stored))  # once the outermost transaction commits
     log.remember(logged)
     first = logged.size - len(batch.stored)
     for offset, (receipt, _) in enumerate(batch.stored):

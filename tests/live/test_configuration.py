@@ -102,6 +102,11 @@ BAD = [
     ("TRUSTED_PROXIES", "10.0.0.1/24", "10.0.0.1/24 has host bits set"),
     ("TRUSTED_PROXIES", "127.0.0.1, fd00::/129", "not 'fd00::/129'"),
     ("TRUSTED_PROXIES", "*", "takes IP addresses and CIDR ranges"),
+    ("METRICS_ALLOWED_FROM", "prometheus.internal",
+     "'prometheus.internal' does not appear to be an IPv4 or IPv6 network"),
+    ("METRICS_ALLOWED_FROM", "10.0.0.1/8", "10.0.0.1/8 has host bits set"),
+    ("METRICS_ALLOWED_FROM", "*", "CIDR ranges, IPv4 or IPv6, comma-separated (10.0.0.7, "
+     "10.0.0.0/24, fd00::/8), or none, not '*'"),
     ("WEB_CONCURRENCY", "many", "must be a whole number of worker processes, not 'many'"),
     ("WEB_CONCURRENCY", "2.5", "must be a whole number of worker processes, not '2.5'"),
     ("WEB_CONCURRENCY", "-1", "must be a whole number of worker processes, not '-1'"),
@@ -193,6 +198,42 @@ def test_gunicorn_stops_before_serving_with_one_line_naming_the_variable(
     )  # fmt: skip
     assert_one_line(done, variable, words)
     assert done.stdout == ""  # no access line: it never served
+
+
+# gunicorn's own: the folder of the workers' metrics (gunicorn.conf.py), which manage.py never
+# reads.
+METRICS_DIR_BAD = [
+    ("{folder}/signing-key.pem", "names {folder}/signing-key.pem, which cannot be used as a "
+     "folder for the workers' metrics (File exists)"),
+    ("{folder}/signing-key.pem/metrics", "(Not a directory)"),
+]
+
+
+@pytest.mark.parametrize(("value", "words"), METRICS_DIR_BAD)
+def test_gunicorn_stops_on_a_metrics_dir_it_cannot_use(
+    folder: Path, gunicorn_port: int, value: str, words: str
+) -> None:
+    env = environment(folder, METRICS_DIR=value, BIND=f"127.0.0.1:{gunicorn_port}")
+    done = subprocess.run(
+        [str(GUNICORN), "receiptsite.wsgi", "-c", "gunicorn.conf.py"], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert_one_line(done, "METRICS_DIR", words.replace("{folder}", str(folder)))
+    assert done.stdout == ""
+
+
+def test_metrics_dir_names_the_workers_folder_which_is_emptied_at_start(tmp_path: Path) -> None:
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    (folder / "counter_4242.db").write_bytes(b"left by another run, and unreadable")
+    (folder / "notes.txt").write_text("the operator's own\n")
+    with LiveSite(workers=1, env={"METRICS_DIR": str(folder)}) as site:
+        assert not (folder / "counter_4242.db").exists()
+        answer = site.get("/metrics")  # the stale file would have made it a 500
+        assert answer.status == 200, answer
+        assert 'route="healthz"' in answer.text  # LiveSite's start, counted
+        assert any(path.name.startswith("histogram_") for path in folder.glob("*.db"))
+    assert (folder / "notes.txt").exists()  # the operator's folder stays, with what else it holds
 
 
 @pytest.mark.live

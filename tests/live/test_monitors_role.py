@@ -32,7 +32,7 @@ pytestmark = [
 MONITORS = ["checklog", "checkdecisions", "checkwithdrawals"]
 # The other commands of the owner's that check who they run as, and why they must.
 OWNERS = {
-    **{monitor: "it would report as tampering what it cannot see" for monitor in MONITORS},
+    **dict.fromkeys(MONITORS, "it would report as tampering what it cannot see"),
     "scrubwithdrawn": "it would scrub nothing (PostgreSQL vacuums a table for its owner)",
     "continuelog": "it may not write the end of a log",
 }
