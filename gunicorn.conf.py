@@ -1,4 +1,5 @@
-"""Gunicorn configuration for production: `gunicorn receiptsite.wsgi -c gunicorn.conf.py`.
+"""Gunicorn configuration for production: `python -m receiptsite.serve` (receiptsite/serve.py:
+`gunicorn receiptsite.wsgi -c gunicorn.conf.py`, the site's settings checked first).
 
 Gunicorn reads this file (it is the default `./gunicorn.conf.py`, so `-c` may be left out when
 serving from the repository root). Everything comes from the environment, like the site's own
@@ -68,7 +69,8 @@ except ImproperlyConfigured as error:
 # max_connections (100) comfortably serves when several sites share it. An explicit
 # WEB_CONCURRENCY is taken as given.
 # WEB_CONCURRENCY is read and checked with the site's settings (receiptsite/config.py); gunicorn
-# itself parses it too, when it is imported, before this file runs (see the README).
+# itself parses it too, when it is imported, before this file runs: receiptsite/serve.py reads the
+# settings before it imports gunicorn, so that a bad value is named in one line.
 workers = site.WEB_CONCURRENCY or min(2 * _cores() + 1, 12)
 
 # The application is loaded in each worker after the fork (no preload_app): a database

@@ -55,6 +55,9 @@ VENV_BIN = (
     REPO / ".venv" / "bin" if (REPO / ".venv" / "bin").is_dir() else Path(sys.executable).parent
 )
 GUNICORN = VENV_BIN / "gunicorn"
+# How the README and the systemd unit start gunicorn: with the site's settings checked first
+# (receiptsite/serve.py), so that every live site serves as production does.
+SERVE = [str(VENV_BIN / "python"), "-m", "receiptsite.serve"]
 PYTHON = VENV_BIN / "python"
 
 # Every variable the site, its settings or gunicorn read: a live site gets exactly the values
@@ -386,7 +389,7 @@ class LiveSite:
         self._stdout = open(self.tmp / "gunicorn.stdout", "wb")  # noqa: SIM115
         self._stderr = open(self.tmp / "gunicorn.stderr", "wb")  # noqa: SIM115
         self._process = subprocess.Popen(
-            [str(GUNICORN), "receiptsite.wsgi", "-c", "gunicorn.conf.py"],
+            SERVE,
             cwd=REPO,
             env=env,
             stdout=self._stdout,

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from receiptsite.integrity import cosignature
 from receiptsite.integrity.keys import generate_private_key_pem
-from tests.livesite import GUNICORN, PYTHON, REPO, SITE_VARIABLES, LiveSite, free_port
+from tests.livesite import PYTHON, REPO, SERVE, SITE_VARIABLES, LiveSite, free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
@@ -114,30 +114,6 @@ BAD = [
 ]
 
 
-def _gunicorns_own(variable: str, value: str) -> bool:
-    # gunicorn reads WEB_CONCURRENCY itself when it is imported, before gunicorn.conf.py or
-    # anything of the site runs (gunicorn/config.py, Workers.default): a value int() cannot
-    # read stops it there with a traceback, a negative one with "Error: Value must be
-    # positive: -1".
-    if variable != "WEB_CONCURRENCY":
-        return False
-    try:
-        return int(value) < 0
-    except ValueError:
-        return True
-
-
-# For gunicorn: those WEB_CONCURRENCY values stop gunicorn in its own words before the site can
-# say anything (README, "Deploying ..."); `manage.py check` names them in one line. Strict, so
-# that the day gunicorn leaves them to its configuration file, this says so.
-GUNICORN_BAD = [
-    pytest.param(*bad, marks=pytest.mark.xfail(
-        strict=True, reason="gunicorn parses WEB_CONCURRENCY at import, before its config file"
-    )) if _gunicorns_own(bad[0], bad[1]) else bad
-    for bad in BAD
-]  # fmt: skip
-
-
 def assert_one_line(done: subprocess.CompletedProcess[str], variable: str, words: str) -> None:
     assert done.returncode != 0, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr
@@ -187,13 +163,16 @@ def gunicorn_port() -> Iterator[int]:
     yield free_port()
 
 
-@pytest.mark.parametrize(("variable", "value", "words"), GUNICORN_BAD)
+# gunicorn, started as the README says (`python -m receiptsite.serve`: the settings are read
+# before gunicorn is imported, which would itself parse WEB_CONCURRENCY, with a traceback for
+# `many`): every bad value stops it with the same one line.
+@pytest.mark.parametrize(("variable", "value", "words"), BAD)
 def test_gunicorn_stops_before_serving_with_one_line_naming_the_variable(
     folder: Path, gunicorn_port: int, variable: str, value: str, words: str
 ) -> None:
     env = environment(folder, **{variable: value}, BIND=f"127.0.0.1:{gunicorn_port}")
     done = subprocess.run(
-        [str(GUNICORN), "receiptsite.wsgi", "-c", "gunicorn.conf.py"], cwd=REPO, env=env,
+        SERVE, cwd=REPO, env=env,
         capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert_one_line(done, variable, words)
@@ -215,7 +194,7 @@ def test_gunicorn_stops_on_a_metrics_dir_it_cannot_use(
 ) -> None:
     env = environment(folder, METRICS_DIR=value, BIND=f"127.0.0.1:{gunicorn_port}")
     done = subprocess.run(
-        [str(GUNICORN), "receiptsite.wsgi", "-c", "gunicorn.conf.py"], cwd=REPO, env=env,
+        SERVE, cwd=REPO, env=env,
         capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert_one_line(done, "METRICS_DIR", words.replace("{folder}", str(folder)))

@@ -170,7 +170,7 @@ def test_verify_as_run_here_catches_a_typo(tmp_path: Path) -> None:
     for good, bad in [
         ("\nNoNewPrivileges=yes", "\nNoNewPrivilege=yes"),
         ("ProtectSystem=strict", "ProtectSystem=strikt"),
-        ("/.venv/bin/gunicorn ", "/.venv/bin/gunicron "),
+        ("/.venv/bin/python ", "/.venv/bin/pythn "),
     ]:
         assert good in text
         text = text.replace(good, bad)
@@ -181,7 +181,7 @@ def test_verify_as_run_here_catches_a_typo(tmp_path: Path) -> None:
     scratch.mkdir()
     said = verify(sorted(broken.iterdir()), scratch)
     assert said.startswith("exit ")
-    for expected in ["NoNewPrivilege", "strikt", "gunicron", "hourlyy"]:
+    for expected in ["NoNewPrivilege", "strikt", "pythn", "hourlyy"]:
         assert expected in said, said
 
 
@@ -221,8 +221,9 @@ def test_every_periodic_job_has_a_timer() -> None:
 
 def test_the_witness_runs_beside_gunicorn() -> None:
     site = services()["receiptsite.service"]
-    assert exec_start(site)[1:] == ["receiptsite.wsgi", "-c", "gunicorn.conf.py"]
-    assert exec_start(site)[0] == f"{INSTALL}/.venv/bin/gunicorn"
+    # gunicorn with the repository's gunicorn.conf.py, the settings checked first
+    assert exec_start(site)[1:] == ["-m", "receiptsite.serve"]
+    assert exec_start(site)[0] == f"{INSTALL}/.venv/bin/python"
     assert value(site, "Service", "Type") == "notify"  # gunicorn says READY=1
     assert value(site, "Service", "ExecReload") == "/bin/kill -HUP $MAINPID"
     assert value(site, "Service", "Restart") == "on-failure"
