@@ -7,6 +7,7 @@ Run from the repository root:
     .venv/bin/python bench/run.py --database sqlite
     .venv/bin/python bench/run.py --receipts 1000000       # the large run
     .venv/bin/python bench/run.py --sizes 10000,1000000    # how reads scale with the data set
+    .venv/bin/python bench/run.py --front nginx            # every route through nginx, over TLS
 
 What it does, in order:
 
@@ -59,6 +60,21 @@ verify. It has no timing thresholds: a missed target is printed, not an error. w
 Debian's package `wrk`; when it is missing the script installs it with apt-get as root, and
 otherwise stops with a line saying how (scripts/test installs it before the tests).
 
+With `--front nginx`, every route is measured through Debian's nginx (/usr/sbin/nginx) serving
+the shipped deploy/nginx/receiptsite.conf, rendered by bench/_nginx.py (as tests/live/
+test_nginx.py renders it: the run's ports, a self-signed certificate for receipts.test, the
+gunicorn of step 3 as the upstream, STATIC_ROOT, the log and cache folders in the temporary
+directory; Debian's stock worker_processes auto and worker_connections 768) in front of the
+same gunicorn, over TLS: the site runs with SITE_URL=https://receipts.test:<port>,
+ALLOWED_HOSTS=receipts.test and TRUSTED_PROXIES=127.0.0.1, wrk connects to
+https://127.0.0.1:<port> with Host receipts.test:<port> (its SNI is 127.0.0.1: nginx has that
+one server on the port), and the checks of step 4 go through nginx too. The baseline is then
+nginx serving a static 2 KB file (the raw baseline's answer, written into STATIC_ROOT) through
+the same nginx and TLS, in the same run, instead of the raw WSGI application; the RSS and `wk`
+columns are those of the server that answered: for the file, nginx's children (its workers, and
+its cache manager and loader), for every route, gunicorn's workers. The targets are judged
+against the raw WSGI baseline, so only without --front.
+
 This file is the command line and the order of the run; the parts are in bench/siteload/:
 dataset.py (what the receipts hold), fill.py (the fill, on bench/_fill.py), server.py (the
 settings, the database set up, gunicorn), load.py (wrk and what it counts), routes.py (each
@@ -68,17 +84,25 @@ route's check and load), figures.py (the tables, ratios and targets) and plans.p
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import os
 import random
 import secrets
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
+import _nginx  # noqa: E402
+import raw_wsgi  # noqa: E402
 from _common import Wrong, fail  # noqa: E402
 from siteload import figures, server  # noqa: E402
 from siteload.dataset import DAYS, SLOTS, Shape  # noqa: E402
@@ -87,8 +111,14 @@ from siteload.fill import Filler  # noqa: E402
 from siteload.load import Load, find_wrk  # noqa: E402
 from siteload.plans import print_plans  # noqa: E402
 from siteload.routes import Routes  # noqa: E402
+from siteload.server import Server  # noqa: E402
 
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432/"
+RAW_BASELINE = "raw WSGI baseline"
+STATIC_BASELINE = "nginx static 2 KB file"  # --front nginx's baseline
+STATIC_FILE = "bench-2kb.json"  # written into STATIC_ROOT: raw_wsgi.BODY, served by nginx
+# The live table's header; through nginx its ratios are to the static file (x 2KB).
+FRONT_HEADER = figures.HEADER.replace("x raw:", "x 2KB:")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -124,7 +154,100 @@ def arguments() -> argparse.ArgumentParser:
         help="processes building and signing the documents of the fill",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=8785)
+    parser.add_argument(
+        "--front", choices=("direct", "nginx"), default="direct",
+        help="direct: wrk to gunicorn, the raw WSGI app the baseline (the default); nginx: "
+        "through Debian's nginx serving deploy/nginx/receiptsite.conf over TLS, nginx serving "
+        "a static 2 KB file the baseline",
+    )  # fmt: skip
     return parser
+
+
+def front_nginx(tmp: Path, env: dict[str, str]) -> _nginx.Nginx:
+    """The nginx of --front nginx, not started yet (it is, in front of each gunicorn of the
+    site), and the site's settings for it: its https URL, its host, nginx trusted."""
+    missing = [p for p in (_nginx.NGINX, "openssl") if not shutil.which(p)]
+    if missing:
+        sys.exit(f"--front nginx needs Debian's nginx and openssl ({', '.join(missing)} missing): "
+                 "sudo apt-get install -y nginx openssl")  # fmt: skip
+    folder = tmp / "nginx"
+    folder.mkdir()
+    nginx = _nginx.Nginx(
+        _nginx.make_certificate(folder), static_root=Path(env["STATIC_ROOT"]), tmp=folder,
+        worker_processes="auto", worker_connections=768,  # Debian's stock nginx.conf's
+    )  # fmt: skip
+    env.update(
+        SITE_URL=f"https://{_nginx.HOST}:{nginx.https_port}",
+        ALLOWED_HOSTS=_nginx.HOST,
+        TRUSTED_PROXIES="127.0.0.1",  # the address nginx connects to gunicorn from
+    )
+    # The checks' urllib requests (siteload.server.http) to nginx, spoken as to its host.
+    urllib.request.install_opener(urllib.request.build_opener(_nginx.HostHandler(nginx)))
+    return nginx
+
+
+def through(site: Server, url: str, process: subprocess.Popen[bytes] | None = None) -> Server:
+    """The gunicorn `site` as wrk and the checks reach it at `url`; the peak RSS followed is of
+    its workers, or of `process`'s (nginx's, for the static file it serves itself)."""
+    fronted = copy.copy(site)  # the same gunicorn, started and stopped by `site` alone
+    fronted.url = url
+    if process is not None:
+        fronted.process = process
+    return fronted
+
+
+@contextlib.contextmanager
+def reached(site: Server, nginx: _nginx.Nginx | None) -> Iterator[Server]:
+    """The site as the load reaches it: directly, or through nginx, started in front of this
+    gunicorn (its upstream) and stopped after (its logs kept, for a wrong result)."""
+    if nginx is None:
+        yield site
+        return
+    nginx.upstream = site.url.removeprefix("http://")
+    try:
+        nginx.start()
+        yield through(site, f"https://127.0.0.1:{nginx.https_port}")
+    finally:
+        nginx.stop()
+
+
+def static_baseline(routes: Routes, nginx: _nginx.Nginx, site: Server) -> Measure:
+    """nginx serving a 2 KB file from STATIC_ROOT (the raw baseline's answer) over the same TLS:
+    what nginx costs with no gunicorn behind it, --front nginx's baseline."""
+    (nginx.static_root / STATIC_FILE).write_bytes(raw_wsgi.BODY)
+    path = f"/static/{STATIC_FILE}"
+    status, body = server.http(site.url + path)
+    if status != 200 or body != raw_wsgi.BODY:
+        fail(f"nginx answered {path} with {status} and {len(body)} bytes, not the 2,048 written")
+    return routes.load.run(
+        through(site, site.url, nginx.process), STATIC_BASELINE, "paths.lua",
+        {"BENCH_PATHS": str(routes.paths_file("static", [path]))},
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def plans_settings(nginx: _nginx.Nginx | None) -> Iterator[None]:
+    """The settings of the plans' in-process requests (the test Client asks 127.0.0.1 over
+    plain http): the site's own, or, when the site is https behind nginx, the same with that
+    host allowed and no redirect to https. Neither changes the SQL a route runs."""
+    if nginx is None:
+        yield
+        return
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    with override_settings(ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "127.0.0.1"],
+                           SECURE_SSL_REDIRECT=False):  # fmt: skip
+        yield
+
+
+def print_front_results(results: dict[str, Measure], largest: int) -> None:
+    static = results[STATIC_BASELINE]
+    print(f"\nresults at {largest:,} receipts through nginx (ratios, x 2KB, to nginx serving a "
+          "static 2 KB file over the same TLS in this run):")  # fmt: skip
+    print(FRONT_HEADER)
+    for m in results.values():
+        print(figures.format_row(m, static))
 
 
 def main() -> int:
@@ -145,6 +268,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="receiptsite-bench-run-"))
     database_url, description = _common.own_database(url, tmp, keep=args.keep_database)
     env = server.site_environment(database_url, tmp)
+    nginx = front_nginx(tmp, env) if args.front == "nginx" else None
     site = server.set_up_site(env)
     shape = Shape(
         seed=args.seed,
@@ -153,16 +277,22 @@ def main() -> int:
     )
     flags = server.gunicorn_flags(args.workers, args.threads)
     rng = random.Random(args.seed)  # one sequence for the fill's checks, the load and the plans
-    routes = Routes(
-        tmp=tmp, shape=shape, site=site, rng=rng,
-        load=Load(wrk, args.wrk_threads, args.connections, args.duration, args.warmup),
-    )  # fmt: skip
+    load = Load(wrk, args.wrk_threads, args.connections, args.duration, args.warmup)
+    if nginx is not None:  # every request's Host nginx's server_name
+        load.scripts = _nginx.wrk_scripts(nginx, load.scripts, tmp / "wrk-nginx")
+    routes = Routes(tmp=tmp, shape=shape, site=site, rng=rng, load=load)
     print(f"bench/run.py: {_common.machine()}, {description}")
     print(
         f"gunicorn -c gunicorn.conf.py {' '.join(flags)}; wrk -t{args.wrk_threads} "
         f"-c{args.connections}, {args.duration} s per route after {args.warmup} s warm-up; "
         f"sizes {', '.join(f'{s:,}' for s in sizes)}; 1-minute load {os.getloadavg()[0]:.1f}"
     )
+    if nginx is not None:
+        print(
+            f"through {_nginx.version()} serving deploy/nginx/receiptsite.conf (worker_processes "
+            f"{nginx.worker_processes}, worker_connections {nginx.worker_connections}), TLS, "
+            f"Host {_nginx.HOST}; baseline: nginx serving a static 2 KB file"
+        )
     filler = Filler(shape, site, max(1, args.fill_processes))
     by_size: dict[int, dict[str, Measure]] = {}
     results: dict[str, Measure] = {}
@@ -180,24 +310,33 @@ def main() -> int:
             connections.close_all()
             # Every route at the largest size; at a smaller one only the reads, for the scaling.
             last = size == sizes[-1]
-            print(f"\n{figures.HEADER}")
-            if last:
+            print(f"\n{figures.HEADER if nginx is None else FRONT_HEADER}")
+            if last and nginx is None:
                 with server.raw_server(env, flags, tmp) as raw:
-                    results["raw WSGI baseline"] = routes.baseline(raw)
-            with server.site_server(env, flags, tmp) as site_server:
+                    results[RAW_BASELINE] = routes.baseline(raw)
+            with server.site_server(env, flags, tmp) as site_server, \
+                    reached(site_server, nginx) as site_reached:  # fmt: skip
+                if last and nginx is not None:
+                    results[STATIC_BASELINE] = static_baseline(routes, nginx, site_reached)
                 if last:
-                    results["/healthz"] = routes.healthz(site_server)
-                by_size[size] = routes.reads(site_server, size)
+                    results["/healthz"] = routes.healthz(site_reached)
+                by_size[size] = routes.reads(site_reached, size)
                 if last:
                     results.update(by_size[size])
-                    results.update(routes.ingests(site_server, size))
+                    results.update(routes.ingests(site_reached, size))
             connections.close_all()
         largest = sizes[-1]
-        figures.print_results(results, largest)
-        figures.print_targets(results, [r for r in by_size[largest] if r in results])
+        if nginx is None:
+            figures.print_results(results, largest)
+            figures.print_targets(results, [r for r in by_size[largest] if r in results])
+        else:
+            print_front_results(results, largest)
+            print("\ntargets: not judged through nginx (they are ratios to the raw WSGI "
+                  "baseline: run without --front)")  # fmt: skip
         if len(sizes) > 1:
             figures.print_scaling(by_size)
-        print_plans(shape, largest, rng, site.keys[0])
+        with plans_settings(nginx):
+            print_plans(shape, largest, rng, site.keys[0])
         wrong = [m for m in results.values() if m.non2xx]
         wrong += [m for s in by_size.values() for m in s.values() if m.non2xx and m not in wrong]
         if wrong:
@@ -212,6 +351,11 @@ def main() -> int:
             if path.exists() and path.stat().st_size:
                 print(f"--- {name} gunicorn stderr (end) ---\n{path.read_text()[-2000:]}",
                       file=sys.stderr)  # fmt: skip
+        if nginx is not None:  # its own logs, but the access log (one line per request)
+            for path in [*sorted((nginx.tmp / "logs").glob("*error.log")), nginx.tmp / "nginx.out"]:
+                if path.exists() and path.stat().st_size:
+                    print(f"--- nginx {path.name} (end) ---\n{path.read_text()[-2000:]}",
+                          file=sys.stderr)  # fmt: skip
         return 1
     sockets = sum(m.socket_errors for s in [results, *by_size.values()] for m in s.values())
     if sockets:

@@ -1,10 +1,11 @@
 """bench/run.py end to end, tiny: a few hundred receipts on SQLite, one second of wrk per route.
 It must exit 0 (every checked answer right, no answer outside 2xx under load) and print a row
-of figures for every route, the targets and the query plans. No figure is judged here: speed
-figures come from the benchmark itself, run on a quiet machine.
+of figures for every route, the targets and the query plans; with `--front nginx`, a row for
+nginx's static file and for every route through nginx. No figure is judged here: speed figures
+come from the benchmark itself, run on a quiet machine.
 
-wrk is Debian's package, installed by the test command's set-up (scripts/test), not here: without
-it the test fails and says so."""
+wrk and nginx are Debian's packages, installed by the test command's set-up (scripts/test), not
+here: without them the tests fail and say so."""
 
 from __future__ import annotations
 
@@ -45,20 +46,25 @@ def figure(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def test_the_load_benchmark_runs_and_prints_every_route() -> None:
-    # A failure, not a skip: a suite without wrk would quietly stop checking the benchmark.
-    # And not an install: run.py installs wrk for a person who runs it directly, as root, but
-    # the test command installs it before any test runs.
-    if shutil.which("wrk") is None:
+def require(program: str) -> None:
+    # A failure, not a skip: a suite without wrk (or nginx) would quietly stop checking the
+    # benchmark. And not an install: run.py installs wrk for a person who runs it directly, as
+    # root, but the test command installs both before any test runs.
+    if shutil.which(program) is None:
+        name = Path(program).name
         pytest.fail(
-            "wrk is not installed. The test command's set-up installs Debian's wrk: run the "
-            "tests with scripts/test (as root), or install it: sudo apt-get install -y wrk",
+            f"{name} is not installed. The test command's set-up installs Debian's {name}: run "
+            f"the tests with scripts/test (as root), or install it: sudo apt-get install -y {name}",
             pytrace=False,
         )
+
+
+def run_benchmark(*extra: str) -> str:
+    """bench/run.py, tiny; its output, once it has exited 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "DATABASE_URL"))}
     done = subprocess.run(
         [str(PYTHON if PYTHON.exists() else sys.executable), "bench/run.py", "--database",
-         "sqlite", "--receipts", "300", "--duration", "1", "--warmup", "0"],
+         "sqlite", "--receipts", "300", "--duration", "1", "--warmup", "0", *extra],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -67,10 +73,13 @@ def test_the_load_benchmark_runs_and_prints_every_route() -> None:
     )  # fmt: skip
     output = done.stdout
     assert done.returncode == 0, f"{output[-4000:]}\n{done.stderr[-4000:]}"
-    table = output.split("results at 300 receipts", 1)[1].split("targets", 1)[0]
-    for route in ROUTES:
+    return output
+
+
+def check_rows(table: str, routes: list[str]) -> None:
+    for route in routes:
         # route, req/s, receipts/s (or -), p50, p99, non-2xx, socket errors, RSS, workers, load,
-        # then the ratios of req/s, p50, p99 and RSS to the raw baseline.
+        # then the ratios of req/s, p50, p99 and RSS to the baseline.
         row = re.search(
             rf"^{re.escape(route)}\s+({NUMBER})\s+({NUMBER}|-)\s+({NUMBER})\s+({NUMBER})\s+(\d+)"
             rf"\s+(\d+)\s+({NUMBER})\s+(\d+)\s+({NUMBER}) \|(\s+x{NUMBER}){{4}}$",
@@ -83,10 +92,29 @@ def test_the_load_benchmark_runs_and_prints_every_route() -> None:
         if route.startswith("ingest"):
             assert row.group(2) != "-", f"{route}: no receipts/s"
     assert figure(re.search(rf"^verify\s+({NUMBER})", table, re.MULTILINE)[1]) > 0  # type: ignore[index]
+
+
+def test_the_load_benchmark_runs_and_prints_every_route() -> None:
+    require("wrk")
+    output = run_benchmark()
+    table = output.split("results at 300 receipts", 1)[1].split("targets", 1)[0]
+    check_rows(table, ROUTES)
     for target in ("verify", "page", "ingest single", "ingest batch", "p99 < 50 ms"):
         assert re.search(rf"{re.escape(target)}.*: (holds|MISSED)$", output, re.MULTILINE), target
     plans = output.split("query plans at 300 receipts", 1)[1]
     for route in ("verify", "page", "list workflow_id", "list since/until"):
         assert re.search(rf"^  {re.escape(route)} \(", plans, re.MULTILINE), route
     assert "SEARCH" in plans or "SCAN" in plans  # SQLite's EXPLAIN QUERY PLAN lines
+    assert "every checked answer was right" in output
+
+
+def test_the_load_benchmark_runs_through_nginx() -> None:
+    """The same run through the shipped nginx configuration, over TLS: a row for nginx serving
+    its static 2 KB file (the baseline) and for every route, each with its ratios to it."""
+    require("wrk")
+    require("/usr/sbin/nginx")
+    output = run_benchmark("--front", "nginx")
+    table = output.split("results at 300 receipts through nginx", 1)[1].split("targets", 1)[0]
+    check_rows(table, ["nginx static 2 KB file", *(r for r in ROUTES if r != "raw WSGI baseline")])
+    assert not re.search(r"^ *raw WSGI baseline ", output, re.MULTILINE)  # not measured
     assert "every checked answer was right" in output

@@ -4,8 +4,9 @@ Debian's nginx (/usr/sbin/nginx) in front of a live site.
 The file is rendered by replacing only its operator-edited values (the host name, the
 certificate's paths, the listening ports, gunicorn's address, STATIC_ROOT, the log and cache
 folders) with this test's, and included from a small nginx.conf of the test's own, as Debian's
-stock nginx.conf includes sites-enabled/. Each nginx is a master of our own (`-p` its folder,
-free loopback ports, `daemon off`), stopped with SIGQUIT. The site believes nginx because
+stock nginx.conf includes sites-enabled/: bench/_nginx.py does it, for this test and for
+`bench/run.py --front nginx` alike. Each nginx is a master of our own (`-p` its folder, free
+loopback ports, `daemon off`), stopped with SIGQUIT. The site believes nginx because
 TRUSTED_PROXIES is 127.0.0.1, the address nginx connects to gunicorn from; the test's clients
 connect to nginx from other loopback addresses (Linux answers all of 127.0.0.0/8), so that
 what the site believes about the client shows in its rate limit (`read`, counted per client
@@ -17,16 +18,13 @@ control nginx, the same file with its error log at `error`, shows the id would b
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import ssl
-import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -42,17 +40,19 @@ from tests.examples import EXAMPLE_BODY
 from tests.livesite import REPO, LiveSite, free_port
 from tests.unit.test_security_headers import Answer, observatory
 
+# The nginx of the shipped file is bench/_nginx.py's (bench/run.py --front nginx runs it too),
+# imported by the name bench/run.py gives it: bench/ is no package, its files are top-level
+# modules. Appended, so that none of bench/'s names hides another module.
+sys.path.append(str(REPO / "bench"))
+import _nginx as nginxsite  # noqa: E402
+from _nginx import HOST, Certificate, TLSConnection, make_certificate, running  # noqa: E402
+
 # What is tested is the proxy in front; the database behind it changes nothing.
 pytestmark = [pytest.mark.live, pytest.mark.any_database]
 
-NGINX = "/usr/sbin/nginx"
-CONF = REPO / "deploy" / "nginx" / "receiptsite.conf"
-HOST = "receipts.test"  # the site's host name (RFC 6761's .test), resolved by the test itself
 HSTS = "max-age=31536000; includeSubDomains; preload"
 BATCH_MAX_BYTES = 5 * 1024 * 1024  # the site's default, receiptsite/settings.py
 READ_BURST = 10  # the site's `read` limit: 10 requests per client address, then 429
-START_TIMEOUT = 10  # seconds until nginx listens
-STOP_TIMEOUT = 10  # seconds between SIGQUIT and SIGKILL
 # Headers the site gives a static file that nginx, serving the file itself, must give too.
 STATIC_HEADERS = [
     "Cache-Control", "Access-Control-Allow-Origin", "Content-Security-Policy",
@@ -61,171 +61,11 @@ STATIC_HEADERS = [
 ]  # fmt: skip
 
 
-@dataclass
-class Certificate:
-    cert: Path
-    key: Path
-    context: ssl.SSLContext  # a client's: trusts this certificate alone, checks HOST
-
-
-def make_certificate(folder: Path) -> Certificate:
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", f"/CN={HOST}",
-         "-addext", f"subjectAltName=DNS:{HOST}"],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
-    context = ssl.create_default_context(cafile=str(cert))
-    return Certificate(cert, key, context)
-
-
-class TLSConnection(HTTPConnection):
-    """HTTPS to 127.0.0.1 as if to HOST: SNI and the certificate's check name HOST."""
-
-    default_port = 443
-
-    def __init__(self, port: int, context: ssl.SSLContext, source: str) -> None:
-        super().__init__("127.0.0.1", port, timeout=30, source_address=(source, 0))
-        self.context = context
-
-    def connect(self) -> None:
-        super().connect()
-        self.sock = self.context.wrap_socket(self.sock, server_hostname=HOST)
-
-
-@dataclass
-class Nginx:
-    """One nginx master of the test's own, serving the shipped configuration, rendered."""
-
-    certificate: Certificate
-    upstream: str = ""  # gunicorn's host:port
-    static_root: Path = Path()
-    error_level: str = "crit"  # the shipped file's; the control nginx says "error"
-    tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="receiptsite-nginx-")))
-    http_port: int = field(default_factory=free_port)
-    https_port: int = field(default_factory=free_port)
-    check_output: str = ""  # what `nginx -t` said of the rendered configuration
-    _process: subprocess.Popen[bytes] | None = None
-
-    # --- the configuration --------------------------------------------------------------------
-
-    def render(self) -> str:
-        """The shipped file with the test's values: each one must be there, as many times as
-        the file is known to hold it, so a changed file fails here, not somewhere obscure."""
-        text = CONF.read_text()
-        live = "/etc/letsencrypt/live/receipts.example.org"
-        replacements = [
-            (f"{live}/fullchain.pem", str(self.certificate.cert), 1),
-            (f"{live}/privkey.pem", str(self.certificate.key), 1),
-            ("receipts.example.org", HOST, None),
-            ("listen 80;", f"listen 127.0.0.1:{self.http_port};", 1),
-            ("listen [::]:80;", "", 1),
-            ("listen 443 ssl http2;", f"listen 127.0.0.1:{self.https_port} ssl http2;", 1),
-            ("listen [::]:443 ssl http2;", "", 1),
-            ("server 127.0.0.1:8000;", f"server {self.upstream};", 1),
-            ("alias /srv/receiptsite/staticfiles/;", f"alias {self.static_root}/;", 1),
-            ("/var/log/nginx/", f"{self.tmp}/logs/", 4),
-            ("/var/cache/nginx-receiptsite ", f"{self.tmp}/cache ", 1),
-            ("root /var/www/letsencrypt;", f"root {self.tmp}/acme;", 1),
-            ("receiptsite.error.log crit;", f"receiptsite.error.log {self.error_level};", 2),
-        ]
-        for old, new, times in replacements:
-            count = text.count(old)
-            assert count == times if times is not None else count > 0, (
-                f"{CONF} holds {old!r} {count} times: the test renders it by that value"
-            )
-            text = text.replace(old, new)
-        # Nothing of the host's may be left for the test's nginx to touch (comments aside).
-        directives = re.sub(r"#[^\n]*", "", text)
-        assert not re.search(r"(?<![\w/])/(etc|var|srv)/", directives), directives
-        return text
-
-    def write(self) -> Path:
-        (self.tmp / "logs").mkdir(exist_ok=True)
-        (self.tmp / "acme").mkdir(exist_ok=True)
-        site_conf = self.tmp / "receiptsite.conf"
-        site_conf.write_text(self.render())
-        # Debian's stock http block, its paths made this folder's; workers as root when the
-        # master is root (they read the test's private temporary folders).
-        user = "user root;\n" if os.geteuid() == 0 else ""
-        main = self.tmp / "nginx.conf"
-        main.write_text(
-            f"{user}worker_processes 1;\npid {self.tmp}/nginx.pid;\n"
-            f"error_log {self.tmp}/logs/main.error.log info;\n"
-            "events { worker_connections 256; }\n"
-            "http {\n"
-            "    sendfile on;\n    tcp_nopush on;\n    types_hash_max_size 2048;\n"
-            "    include /etc/nginx/mime.types;\n    default_type application/octet-stream;\n"
-            "    ssl_protocols TLSv1 TLSv1.1 TLSv1.2 TLSv1.3;\n    ssl_prefer_server_ciphers on;\n"
-            f"    access_log {self.tmp}/logs/main.access.log;\n"
-            "    gzip on;\n"
-            + "".join(f"    {kind}_temp_path {self.tmp}/{kind}_temp;\n"
-                      for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-            + f"    include {site_conf};\n"
-            "}\n"
-        )  # fmt: skip
-        return main
-
-    def command(self, *extra: str) -> list[str]:
-        return [NGINX, "-p", f"{self.tmp}/", "-c", str(self.tmp / "nginx.conf"),
-                "-e", str(self.tmp / "logs" / "startup.error.log"), *extra]  # fmt: skip
-
-    # --- life cycle ---------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self.write()
-        checked = subprocess.run(self.command("-t"), capture_output=True, timeout=30)
-        self.check_output = checked.stderr.decode(errors="replace")
-        assert checked.returncode == 0, self.check_output
-        self._out = open(self.tmp / "nginx.out", "wb")  # noqa: SIM115
-        self._process = subprocess.Popen(
-            self.command("-g", "daemon off;"),
-            stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own group: the workers are stopped with it
-        )  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT
-        for port in (self.https_port, self.http_port):
-            while True:
-                if self._process.poll() is not None:
-                    raise RuntimeError(f"nginx exited with {self._process.returncode}:\n"
-                                       f"{self.logs()}")  # fmt: skip
-                with contextlib.suppress(OSError), socket.create_connection(
-                    ("127.0.0.1", port), timeout=1
-                ):
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"nginx did not listen on {port}:\n{self.logs()}")
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.send_signal(signal.SIGQUIT)  # graceful: the workers finish, then exit
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=STOP_TIMEOUT)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=STOP_TIMEOUT)
-        self._out.close()
-
-    def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+class Nginx(nginxsite.Nginx):
+    """The shipped configuration, rendered and run by bench/_nginx.py, with the test's clients
+    and its reading of the access log."""
 
     # --- what it wrote ------------------------------------------------------------------------
-
-    def log_files(self) -> dict[str, str]:
-        """Every log this nginx wrote (its own and the wrapper's), and its output."""
-        files = [*sorted((self.tmp / "logs").glob("*")), self.tmp / "nginx.out"]
-        return {path.name: path.read_text(errors="replace") for path in files if path.exists()}
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {name} ---\n{text}" for name, text in self.log_files().items())
 
     def access_entries(self, since: int = 0, count: int = 0) -> list[dict[str, str]]:
         """The access log's entries from the `since`-th on, once there are `count` of them
@@ -268,15 +108,6 @@ class Nginx:
             connection.close()
         self.access_entries(logged, 1)
         return answer
-
-
-@contextlib.contextmanager
-def running(front: Nginx) -> Iterator[Nginx]:
-    try:
-        front.start()
-        yield front
-    finally:
-        front.close()
 
 
 # --- the site and its front -----------------------------------------------------------------------
