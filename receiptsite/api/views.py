@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -227,18 +228,70 @@ def receipt_withdrawal(request: TenantRequest, receipt_id: uuid.UUID) -> HttpRes
 # --- public, for anyone ----------------------------------------------------------------------
 
 
+def conditional(
+    request: HttpRequest,
+    response: HttpResponse,
+    cache_control: str,
+    *,
+    per_request: Iterable[str] = (),
+) -> HttpResponse:
+    """A successful `response` with `cache_control` and an ETag of its bytes, or the 304 (no
+    body, the same ETag, Cache-Control and Vary) of a GET or HEAD whose If-None-Match names
+    it, `*` included and compared weakly, as Django's get_conditional_response does. The one
+    way every route makes its ETag: the tiles, the checkpoints, the keys document, and the
+    receipt routes (the verification JSON, the page, the hand-off text, the bundle).
+
+    The ETag is of the answer as made for this request, after it was computed in full (a
+    receipt's every check run again), so a 304 only ever says "what you hold is what the site
+    answers now". `per_request`: strings of the bytes made for this request alone (the time of
+    the check, a CSP nonce), left out of the hash; when any is there the ETag is weak (`W/`):
+    two answers under it differ in those strings only. An answer that is not a success is
+    returned as it is, without an ETag; an If-Match naming no current ETag (a weak one never
+    matches it) is the 412 problem."""
+    if not 200 <= response.status_code < 300:
+        return response
+    content = response.content
+    volatile = [part.encode() for part in per_request if part and part.encode() in content]
+    for part in volatile:
+        content = content.replace(part, b"\0")  # no answer holds a raw NUL
+    digest = hashlib.sha256(content).hexdigest()[:32]
+    etag = f'W/"{digest}"' if volatile else f'"{digest}"'
+    response["ETag"] = etag
+    response["Cache-Control"] = cache_control
+    answer = get_conditional_response(request, etag=etag, response=response) or response
+    if answer.status_code == 412:
+        answer = Problem(
+            412,
+            "precondition-failed",
+            "Precondition failed",
+            "If-Match names no current ETag of this answer (a weak ETag never matches "
+            "If-Match); ask again without it.",
+        ).response()
+    return answer
+
+
 @api_route("GET", public=True, capability=True, rate={"GET": "read"})
 def receipt_verification(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     receipt = Receipt.objects.verifiable(receipt_id)
     if receipt is None:
         raise receipt_not_found()
     body, status = withdrawal.verification_answer(receipt)
-    return json_response(body, status=status)
+    # Every check was just run again: the ETag vouches for this answer, never for an earlier
+    # one. `verified_at` (now) is the one member left out of it; no-store, as the path says.
+    return conditional(
+        request, json_response(body, status=status), "no-store",
+        per_request=[body.get("verified_at") or ""],
+    )
 
 
 @api_route("GET", public=True)
 def keys_document(request: HttpRequest) -> HttpResponse:
-    return json_response(keys_document_json())
+    # Reused 5 seconds at most, as the tiles' checkpoint: a key rotated or reported compromised
+    # reaches every cache (a browser's "Verify in this browser" too) within that, and a stale
+    # copy is never used unrevalidated. A front proxy keeps it, and answers 304s itself.
+    return conditional(
+        request, json_response(keys_document_json()), "public, max-age=5, must-revalidate"
+    )
 
 
 @api_route("GET", public=True)
@@ -246,19 +299,7 @@ def checkpoint(request: HttpRequest) -> HttpResponse:
     # The latest checkpoint stored by a write path; serving it signs and writes nothing.
     signed = log.published()
     response = HttpResponse(signed.note, content_type="text/plain; charset=utf-8")
-    response["Cache-Control"] = "no-cache"
-    return response
-
-
-def _conditional(
-    request: HttpRequest, response: HttpResponse, cache_control: str
-) -> HttpResponse:
-    """`response` with an ETag of its bytes and `cache_control`, or a 304 for a request whose
-    If-None-Match names that ETag: what the bytes alone determine may be reused."""
-    etag = '"' + hashlib.sha256(response.content).hexdigest()[:32] + '"'
-    response["ETag"] = etag
-    response["Cache-Control"] = cache_control
-    return get_conditional_response(request, etag=etag, response=response) or response
+    return conditional(request, response, "no-cache")
 
 
 @api_route("GET", public=True)
@@ -276,7 +317,7 @@ def witnessed_checkpoint(request: HttpRequest) -> HttpResponse:
             else "This site has no witness policy: its checkpoints are signed by the site alone.",
         )
     response = HttpResponse(witnessed.note, content_type="text/plain; charset=utf-8")
-    return _conditional(request, response, "no-cache")
+    return conditional(request, response, "no-cache")
 
 
 @api_route("GET", public=True)
@@ -284,7 +325,7 @@ def tiles_checkpoint(request: HttpRequest) -> HttpResponse:
     # c2sp.org/tlog-tiles' checkpoint: the one /api/log/checkpoint serves, cached seconds.
     signed = log.published()
     response = HttpResponse(signed.note, content_type="text/plain; charset=utf-8")
-    return _conditional(request, response, "public, max-age=5")
+    return conditional(request, response, "public, max-age=5")
 
 
 @api_route("GET", public=True)
@@ -300,7 +341,7 @@ def tile(request: HttpRequest, level: int, index: int, width: int = tiles.WIDTH)
             "only: no entry bundles.",
         )
     response = HttpResponse(data, content_type="application/octet-stream")
-    return _conditional(request, response, "public, max-age=31536000, immutable")
+    return conditional(request, response, "public, max-age=31536000, immutable")
 
 
 @api_route("GET", public=True)

@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csp import get_nonce
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.templatetags.static import static
@@ -18,13 +19,14 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST, require_safe
 
 from receiptsite.api.ratelimit import rate_limited
+from receiptsite.api.views import conditional
 from receiptsite.capability import capability, receipt_not_found
 from receiptsite.integrity.encoding import b64
 from receiptsite.ledger.verification import verification_and_key, verification_json
 from receiptsite.middleware import cross_origin, path_kind
 from receiptsite.pages import bundle
 from receiptsite.pages.check_commands import withdrawn_copy_commands
-from receiptsite.pages.presentation import page_context, receipt_handoff
+from receiptsite.pages.presentation import page_context, receipt_handoff, when_html
 from receiptsite.problems import Problem, problem
 from receiptsite.receipts.models import Receipt, ReviewDecision
 from receiptsite.review.forms import DecisionForm
@@ -54,10 +56,17 @@ def _can_review(request: HttpRequest) -> bool:
     return bool(request.user.has_perm("receipts.add_reviewdecision"))
 
 
+# Every answer under /run/<id> is no-store (capability.set_capability_headers): its ETag is
+# for a verifier that keeps its own copy and asks again, never for a cache in between.
+NO_STORE = "no-store"
+
+
 def _render_page(
     request: HttpRequest, receipt: Receipt, *, form: DecisionForm | None = None,
-    partial: str = "", status: int = 200,
+    partial: str = "", status: int = 200, revalidate: bool = False,
 ) -> HttpResponse:
+    """The page (or one of its fragments), every check run again; with `revalidate` (a GET),
+    with its ETag, or the 304 of an If-None-Match that names it (_conditional_page)."""
     verification, key = verification_and_key(receipt)
     context = page_context(
         receipt, verification, show_follow_up=_is_auditor(request), key=key
@@ -74,7 +83,26 @@ def _render_page(
     template = "receipts/receipt.html" + (f"#{partial}" if partial else "")
     response = render(request, template, context, status=status)
     patch_vary_headers(response, ("HX-Request",))
-    return response
+    return _conditional_page(request, response, verification) if revalidate else response
+
+
+def _conditional_page(
+    request: HttpRequest, response: HttpResponse, verification: dict[str, Any]
+) -> HttpResponse:
+    """The page's ETag is of its bytes, the time of the check ("Checked at", the answer's
+    `verified_at`) and the CSP nonce of the htmx script left out: both are made for this request
+    alone, and all else shown (the language, the verdict and every check, the linked receipts'
+    verdicts, the auditor's decisions, which fragment) is in the bytes. A page holding a form's
+    CSRF token (an auditor's, with the decision form) gets none: that token is made for this
+    request too, and a copy kept must not be told it is current once it is no longer accepted."""
+    if b'name="csrfmiddlewaretoken"' in response.content:
+        return response
+    verified_at = verification["verified_at"]
+    nonce = get_nonce(request)
+    return conditional(
+        request, response, NO_STORE,
+        per_request=[when_html(verified_at), verified_at, str(nonce) if nonce else ""],
+    )
 
 
 @capability
@@ -89,7 +117,7 @@ def receipt_page(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     # htmx's "Check again" asks for the verification panel alone; a plain link gets the page.
     htmx = getattr(request, "htmx", False)
     partial = "verification-panel" if htmx and request.GET.get("part") == "verification" else ""
-    return _render_page(request, receipt, partial=partial)
+    return _render_page(request, receipt, partial=partial, revalidate=True)
 
 
 # Another method is a 405 (with Allow), before the CSRF check that a POST still gets.
@@ -149,7 +177,10 @@ def handoff_txt(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
     text = receipt_handoff(
         receipt, verification_json(receipt), show_follow_up=_is_auditor(request)
     )
-    return HttpResponse(text, content_type="text/plain; charset=utf-8")
+    # Nothing in it is made for this request alone: the ETag is of its bytes, so of its
+    # language and of its first line's warning too.
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    return conditional(request, response, NO_STORE)
 
 
 def _withdrawn_page(request: HttpRequest, receipt: Receipt, found: Withdrawn) -> HttpResponse:
@@ -184,7 +215,10 @@ def receipt_bundle(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
         body, status=status, json_dumps_params={"ensure_ascii": False, "indent": 2}
     )
     response["Content-Disposition"] = f'attachment; filename="{bundle.filename(receipt)}"'
-    return response
+    # The verification in it was made now: its `verified_at` is left out of the ETag.
+    return conditional(
+        request, response, NO_STORE, per_request=[body["verification"].get("verified_at") or ""]
+    )
 
 
 def _is_api(request: HttpRequest) -> bool:
