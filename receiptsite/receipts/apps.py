@@ -26,12 +26,11 @@ def sign_after_migrate(*, using: str, stdout: Any = None, **kwargs: Any) -> None
     serve and never signs one itself."""
     from receiptsite.ledger import log
     from receiptsite.problems import Problem
-    from receiptsite.receipts.models import SignedCheckpoint
+    from receiptsite.receipts.models import LogContinuation, SignedCheckpoint
 
     connection = connections[using]
-    if using != DEFAULT_DB_ALIAS or (
-        SignedCheckpoint._meta.db_table not in connection.introspection.table_names()
-    ):
+    read = {SignedCheckpoint._meta.db_table, LogContinuation._meta.db_table}  # what signing reads
+    if using != DEFAULT_DB_ALIAS or not read <= set(connection.introspection.table_names()):
         return  # migrated backwards, or another database
     try:
         log.sign_head()
