@@ -190,8 +190,9 @@ def test_a_new_receipt_is_cosigned_by_both_witnesses_within_the_interval(
     wait_for(lambda: running.witnessed_size() >= size, "both witnesses cosign the new tree")
     elapsed = time.monotonic() - published
     # The interval, one look at the log (a second) and the two round trips, with room for a
-    # loaded machine.
-    assert elapsed < INTERVAL + 4, elapsed
+    # loaded machine: on this 2-core machine under the whole suite, 8 s was seen (at the last
+    # landed commit too), so the bound is a few intervals, not minutes of retries.
+    assert elapsed < 3 * INTERVAL + 6, elapsed
     text = running.witnessed().text
     names = cosigners(text)
     assert sorted(names) == sorted(w.name for w in running.witnesses)
