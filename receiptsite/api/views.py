@@ -379,18 +379,19 @@ def healthz(request: HttpRequest) -> HttpResponse:
     failed: list[Problem] = []
     signed: log.SignedHead | None = None
     try:
+        published, status = log.readiness(keyring.configured_kid())  # one query
         try:
-            keyring.check_usable()
+            keyring.check_status(status)
             checks.append(_check("signing_key", "pass", "the configured key may sign"))
         except keyring.CannotSign as error:
             failed.append(error)
             checks.append(_check("signing_key", "fail", error.detail))
-        try:
-            signed = log.published()
+        if isinstance(published, log.LogNotSigned):
+            failed.append(published)
+            checks.append(_check("log", "fail", published.detail))
+        else:
+            signed = published
             checks.append(_check("log", "pass", f"signed at {signed.size} leaves, and sound"))
-        except log.LogNotSigned as error:
-            failed.append(error)
-            checks.append(_check("log", "fail", error.detail))
         extra = {"witnesses": _witness_lag(signed)} if witnesses.policy() is not None else {}
         if signed is not None and signed.origin != settings.LOG_ORIGIN:
             # A log that continues another (`continuelog`, after a restore that lost signed

@@ -15,7 +15,7 @@ A rotation only goes forward: a retired key is never made active again (a shell 
 whose SIGNING_KEY_FILE still names the old key would otherwise take the site back to it), and
 a process whose key was retired since it recorded it (another host rotated) signs nothing
 more: the write path reads the key's status under the append lock (found_retired), and
-/healthz says so (check_usable).
+/healthz says so (check_status).
 """
 
 from __future__ import annotations
@@ -84,6 +84,15 @@ def configured() -> ConfiguredKey:
         public = keys.public_raw(private)
         _configured[:] = [ConfiguredKey(private, public, keys.jwk_thumbprint(public))]
     return _configured[0]
+
+
+def configured_kid() -> str:
+    """The configured key's kid, or "" when none may be configured (check_status, given the
+    status of "", raises the CannotSign configured() raises)."""
+    try:
+        return configured().kid
+    except CannotSign:
+        return ""
 
 
 def active_key() -> ActiveKey:
@@ -221,11 +230,18 @@ def _is_compromised(kid: str) -> bool:
 
 
 def check_usable() -> None:
-    """For /healthz, a read: raise CannotSign unless the configured key may sign (after
-    `compromisekey`, the key it wrote into SIGNING_KEY_FILE counts; a key retired since, by a
-    rotation elsewhere, does not). One query when it may."""
+    """Raise CannotSign unless the configured key may sign (check_status), its status read
+    now: one query when it may."""
+    kid = configured().kid
+    check_status(SigningKey.objects.filter(kid=kid).values_list("status", flat=True).first())
+
+
+def check_status(status: str | None) -> None:
+    """For /healthz and /metrics, a read: raise CannotSign unless the configured key, whose
+    recorded status is `status` (log.readiness() reads it with the log, in one query), may
+    sign: after `compromisekey`, the key it wrote into SIGNING_KEY_FILE counts (one more
+    query, then); a key retired since, by a rotation elsewhere, does not."""
     key = configured()
-    status = SigningKey.objects.filter(kid=key.kid).values_list("status", flat=True).first()
     if status == SigningKey.COMPROMISED and _is_compromised(taken_over(key.kid).kid):
         raise _compromised(configured().kid)
     if status == SigningKey.RETIRED:

@@ -138,12 +138,14 @@ _SNAPSHOT = (
 # SigningKey.disowns, in SQL, so that the read stays one round trip.
 _DISOWNED = SigningKey.disowns_sql("k", "s.signed_at")
 # For reads: the latest signed note (and the kid of its key when that key was compromised
-# before it signed), the stored size, and the stored root at the size LOG_STATE_FILE
-# remembers, in one round trip.
+# before it signed), the stored size, the stored root at the size LOG_STATE_FILE remembers,
+# and (for /healthz and /metrics: readiness()) the status of the configured key, in one round
+# trip.
 _PUBLISHED = (
     f"SELECT s.note, CASE WHEN {_DISOWNED} THEN k.kid END, "
     f"(SELECT MAX(tree_size) FROM {_HEAD}), "
-    f"(SELECT root_hash FROM {_HEAD} WHERE tree_size = %s) "
+    f"(SELECT root_hash FROM {_HEAD} WHERE tree_size = %s), "
+    f"(SELECT status FROM {_KEY} WHERE kid = %s) "
     f"FROM (SELECT 1 AS one) AS base "
     f"LEFT JOIN (SELECT note, signing_key_id, signed_at FROM {_SIGNED} "
     f"ORDER BY tree_size DESC, id DESC LIMIT 1) AS s ON 1 = 1 "
@@ -240,13 +242,7 @@ def _bring_up_to_date(key: keyring.ActiveKey | None = None) -> Head:
     """With the lock held: refuse a rolled-back log, else make the latest signed checkpoint
     the stored head's, signed by `key` (default: the active key). CannotSign when that key was
     marked compromised since this process recorded it."""
-    if key is not None:
-        kid = key.kid
-    else:
-        try:
-            kid = keyring.configured().kid
-        except keyring.CannotSign:
-            kid = ""  # raised again below, once the log itself is checked
+    kid = key.kid if key is not None else keyring.configured_kid()  # "": raised again below
     remembered = _remembered()
     current, latest, status = _snapshot_with_status(kid)
     known = read_state(current.origin, remembered)
@@ -386,12 +382,41 @@ def published() -> SignedHead:
     Raises LogRollback when the stored tree does not extend the largest tree the site has
     signed, LogNotSigned before the first signature.
     """
+    signed, _ = readiness("")
+    if isinstance(signed, LogNotSigned):
+        raise signed
+    return signed
+
+
+def readiness(kid: str) -> tuple[SignedHead | LogNotSigned, str | None]:
+    """What /healthz and /metrics ask, in the one query of published(): the latest signed
+    checkpoint (or the LogNotSigned, LogRollback included, that published() would raise), and
+    the status of the signing key `kid` (None when no such key is recorded) for
+    keyring.check_status. Nothing written."""
     # LOG_STATE_FILE first: it names only trees already committed, so the stored tree read
     # after it is at least as large unless the database went back. (Read the other way round,
     # a signature made between the two reads would look like a rollback.)
     remembered = _remembered()
-    known = _combine(remembered)
-    ((text, disowned, size, root),) = _query(_PUBLISHED, [known.size if known is not None else 0])
+    refused: LogNotSigned | None = None
+    try:
+        known = _combine(remembered)
+    except LogNotSigned as error:  # two remembered trees disagree: the key is still asked
+        known, refused = None, error
+    ((text, disowned, size, root, status),) = _query(
+        _PUBLISHED, [known.size if known is not None else 0, kid]
+    )
+    if refused is not None:
+        return refused, status
+    try:
+        return _checked(text, disowned, size, root, remembered, known), status
+    except LogNotSigned as error:
+        return error, status
+
+
+def _checked(
+    text: str | None, disowned: str | None, size: int | None, root: bytes | None,
+    remembered: list[Head], known: Head | None,
+) -> SignedHead:  # fmt: skip
     if text is not None and any(state.origin != _parse(text).origin for state in remembered):
         # A tree of a log since continued under a new origin (rare: until this host signs a
         # tree of the new log): the tree its continuation kept, and the stored root at it.

@@ -165,15 +165,13 @@ class SiteCollector:
     def _read() -> tuple[
         bool, log.SignedHead | None, tuple[int, datetime] | None, dict[str, Any] | None
     ]:
+        published, status = log.readiness(keyring.configured_kid())  # one query
         try:
-            keyring.check_usable()
+            keyring.check_status(status)
             key_usable = True
         except keyring.CannotSign:
             key_usable = False
-        try:
-            signed: log.SignedHead | None = log.published()
-        except log.LogNotSigned:
-            signed = None
+        signed = None if isinstance(published, log.LogNotSigned) else published
         latest = (
             SignedCheckpoint.objects.order_by("-tree_size", "-id")
             .values_list("tree_size", "signed_at")

@@ -79,10 +79,10 @@ def test_a_log_the_guard_refuses_is_said_with_its_reason(
 def test_a_database_that_does_not_answer_is_said_and_nothing_else_is_guessed(
     client: Client, db: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def down() -> None:
+    def down(kid: str) -> None:
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(log, "published", down)
+    monkeypatch.setattr(log, "readiness", down)  # /healthz's one query
     response = client.get("/healthz", HTTP_HOST=PRIVATE)
     body = assert_problem(response, 503, "database-unavailable")
     assert response["Retry-After"] == "5"
