@@ -101,6 +101,19 @@ def active_key() -> ActiveKey:
     return record(configured())
 
 
+def recorded() -> ActiveKey | None:
+    """The configured key when this process has recorded it as the active one already, else
+    None (no key, or not recorded yet). Reads and writes nothing: the ingest signs a receipt
+    with it before it waits for the append lock, and signs again under the lock whenever the
+    key the lock approves (log.lock_for_append) is another."""
+    try:
+        key = configured()
+    except CannotSign:
+        return None
+    row = _recorded.get(key.kid)
+    return None if row is None else ActiveKey(key.private, key.public, key.kid, row)
+
+
 def configured_from(private: Ed25519PrivateKey) -> ConfiguredKey:
     """Another key than SIGNING_KEY_FILE's (the one `compromisekey` activates)."""
     public = keys.public_raw(private)
@@ -264,6 +277,6 @@ def signing_now() -> ActiveKey:
     return active_key()
 
 
-def sign(data: bytes) -> tuple[bytes, SigningKey]:
-    key = active_key()
+def sign(data: bytes, key: ActiveKey | None = None) -> tuple[bytes, SigningKey]:
+    key = key or active_key()
     return keys.sign(key.private, data), key.row

@@ -86,28 +86,57 @@ class _Batch:
             self.by_key[receipt.idempotency_key] = receipt
 
 
-def _resolve_links(
-    api_key: ApiKey, refs: LinkRefs, earlier: _Batch | None = None
-) -> tuple[str | None, list[str]]:
-    """Map ids and idempotency keys to ids of this tenant's receipts, in one query (and to the
-    receipts made by `earlier` items of the same batch).
+@dataclass(frozen=True)
+class _Named:
+    """This tenant's stored receipts that some requests' links name: their ids, and the id
+    stored under each idempotency key named."""
 
-    A receipt of another tenant is reported exactly like one that does not exist.
-    """
+    ids: set[str] = field(default_factory=set)
+    by_key: dict[str, str] = field(default_factory=dict)
+
+
+# Ids and keys per look-up: SQLite takes at most 32,766 parameters in one statement, and a
+# batch of BATCH_MAX_ITEMS items may name 100 children each.
+_LOOKUP_CHUNK = 10_000
+
+
+def _named(api_key: ApiKey, drafts: Sequence[Draft]) -> _Named:
+    """The receipts the links of `drafts` name, in one query (a chunk of ids and keys each).
+    A receipt of another tenant is found exactly like one that does not exist: not at all."""
+    ids: set[str] = set()
+    keys: set[str] = set()
+    for draft in drafts:
+        if (refs := draft.links) is not None:
+            ids.update(i for i in [refs.parent_receipt_id, *refs.child_receipt_ids] if i)
+            keys.update(k for k in [refs.parent_idempotency_key, *refs.child_idempotency_keys] if k)
+    named = _Named()
+    wanted_ids, wanted_keys = sorted(ids), sorted(keys)
+    while wanted_ids or wanted_keys:
+        chunk_ids, wanted_ids = wanted_ids[:_LOOKUP_CHUNK], wanted_ids[_LOOKUP_CHUNK:]
+        chunk_keys, wanted_keys = wanted_keys[:_LOOKUP_CHUNK], wanted_keys[_LOOKUP_CHUNK:]
+        found = Receipt.objects.filter(tenant_id=api_key.tenant_id).filter(
+            Q(public_id__in=chunk_ids) | Q(idempotency_key__in=chunk_keys)
+        )
+        for public_id, key in found.values_list("public_id", "idempotency_key"):
+            named.ids.add(str(public_id))
+            if key is not None:
+                named.by_key[key] = str(public_id)
+    return named
+
+
+def _resolve_links(
+    refs: LinkRefs, named: _Named, earlier: _Batch | None = None
+) -> tuple[str | None, list[str]]:
+    """Map ids and idempotency keys to ids of this tenant's receipts: the stored ones `named`
+    found, and the ones made by `earlier` items of the same batch. DocumentInvalid for one
+    that names no receipt of this tenant."""
     ids = [i for i in [refs.parent_receipt_id, *refs.child_receipt_ids] if i]
     keys = [k for k in [refs.parent_idempotency_key, *refs.child_idempotency_keys] if k]
-    found = Receipt.objects.filter(tenant_id=api_key.tenant_id).filter(
-        Q(public_id__in=ids) | Q(idempotency_key__in=keys)
-    )
-    by_id: set[str] = set()
-    by_key: dict[str, str] = {}
-    for public_id, key in found.values_list("public_id", "idempotency_key"):
-        by_id.add(str(public_id))
-        if key is not None:
-            by_key[key] = str(public_id)
+    by_id = named.ids
+    by_key = named.by_key
     if earlier is not None:
-        by_id |= earlier.by_id & set(ids)
-        by_key.update({k: earlier.by_key[k].uuid for k in keys if k in earlier.by_key})
+        by_id = by_id | (earlier.by_id & set(ids))
+        by_key = {**by_key, **{k: earlier.by_key[k].uuid for k in keys if k in earlier.by_key}}
 
     errors: list[dict[str, str]] = []
     missing = "names no receipt of this tenant"
@@ -140,18 +169,25 @@ def _resolve_links(
     return parent, children
 
 
-def prepare(
-    api_key: ApiKey, payload: object, earlier: _Batch | None = None
+def _prepared(
+    draft: Draft, named: _Named, earlier: _Batch | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Everything before the transaction: the producer's part, redacted, and the redactions.
-    Raises DocumentInvalid."""
-    draft: Draft = validate(payload)
+    """A validated draft's producer part with its links resolved, redacted; and the
+    redactions. Raises DocumentInvalid for a link that names no receipt."""
     if draft.links is not None:
-        parent, children = _resolve_links(api_key, draft.links, earlier)
+        parent, children = _resolve_links(draft.links, named, earlier)
         producer = producer_with_links(draft, parent, children)
     else:
         producer = draft.producer
     return redact(producer, limit=settings.TEXT_LIMIT)
+
+
+def prepare(api_key: ApiKey, payload: object) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Everything before the transaction: the producer's part, redacted, and the redactions.
+    Raises DocumentInvalid."""
+    draft = validate(payload)
+    named = _named(api_key, [draft]) if draft.links is not None else _Named()
+    return _prepared(draft, named)
 
 
 def receipt_ingest(
@@ -161,12 +197,18 @@ def receipt_ingest(
     is passed to `before_commit` last thing in the storing transaction (the API writes its
     audit entry there).
 
+    The receipt is made and signed before the transaction (validation, links, redaction, the
+    two RFC 8785 serialisations, the signature), so that the append lock is held only to
+    look up the idempotency key, insert, append and sign the checkpoint.
+
     Raises DocumentInvalid (422), IdempotencyKeyReused (422) or IdempotencyKeyWithdrawn
     (410); log.LogRollback or keyring.CannotSign (503) when the site must not sign, before
     anything is stored.
     """
     producer, redactions = prepare(api_key, payload)
     request_hash = sha256_hex(canonical_bytes(producer))
+    early = keyring.recorded()
+    made = _new_receipt(api_key, producer, redactions, request_hash, early) if early else None
     idempotency_key = producer.get("idempotency_key")
     tenant = api_key.tenant
     hashes = (
@@ -189,7 +231,13 @@ def receipt_ingest(
                     raise IdempotencyKeyReused(existing)
                 return Ingested(receipt=existing, replayed=True)
 
-        receipt, data = _new_receipt(api_key, producer, redactions, request_hash)
+        key = keyring.active_key()  # the key lock_for_append approved
+        if made is None or made[0].signing_key_id != key.row.pk:
+            # Not made yet (this process had not recorded its key), or signed by a key found
+            # compromised or retired while the request waited for the lock: made again, now,
+            # so that nothing is stored under a key the lock did not approve.
+            made = _new_receipt(api_key, producer, redactions, request_hash, key)
+        receipt, data = made
         receipt.save(force_insert=True)
         logged = log.append(receipt, data, current)  # and its signed checkpoint
         if before_commit is not None:
@@ -202,9 +250,10 @@ def receipt_ingest(
 
 def _new_receipt(
     api_key: ApiKey, producer: dict[str, Any], redactions: list[dict[str, Any]],
-    request_hash: str,
+    request_hash: str, key: keyring.ActiveKey | None = None,
 ) -> tuple[Receipt, bytes]:
-    """The receipt of a prepared producer's part, signed and not yet saved; and its bytes."""
+    """The receipt of a prepared producer's part, signed (by `key`, default the active key)
+    and not yet saved; and its bytes."""
     public_id = uuid.uuid4()
     recorded_at = timezone.now()
     tenant = api_key.tenant
@@ -218,7 +267,7 @@ def _new_receipt(
         redactions=redactions,
     )
     data = canonical_bytes(document)
-    signature, signing_key = keyring.sign(data)
+    signature, signing_key = keyring.sign(data, key)
     receipt = Receipt(
         public_id=public_id,
         tenant=tenant,
@@ -273,6 +322,13 @@ def receipts_ingest(
     that takes the log's lock once, inserts the new receipts together, appends their leaves
     and signs one checkpoint, remembered once.
 
+    Everything per item is done before that transaction: validation, the links (of every item
+    in one query), redaction, the two RFC 8785 serialisations and the signature; and the
+    receipts already stored under the batch's idempotency keys are looked up then too. Under
+    the lock they are looked up again: when a request stored or withdrew under one of those
+    keys meanwhile (or the key the lock approves is not the one the items were signed with),
+    the items are decided and made again, under the lock, from what is stored now.
+
     When the batch stores receipts, its stored and replayed items are passed to
     `before_commit` last thing in that transaction.
 
@@ -280,42 +336,33 @@ def receipts_ingest(
     keyring.CannotSign) when the site must not sign: then nothing of the batch is stored.
     """
     tenant = api_key.tenant
-    results: list[Ingested | Refusal] = []
-    batch = _Batch()
-    named = {item.get("idempotency_key") for item in payloads if isinstance(item, dict)}
+    drafts: list[Draft | DocumentInvalid] = []
+    for payload in payloads:
+        try:
+            drafts.append(validate(payload))
+        except DocumentInvalid as error:
+            drafts.append(error)
+    named = _named(api_key, [draft for draft in drafts if isinstance(draft, Draft)])
+    spent = {item.get("idempotency_key") for item in payloads if isinstance(item, dict)}
     hashes = {
         digest: key
-        for key in named
+        for key in spent
         if isinstance(key, str)
         for digest in withdrawal.idempotency_key_hashes(tenant.pk, key)
     }
+    early = keyring.recorded()
+    keyed = _stored_under(tenant.pk, hashes)
+    decided = _decide(api_key, drafts, named, keyed, early) if early is not None else None
     with transaction.atomic():
         current = log.lock_for_append()
-        keyed = _stored_under(tenant.pk, hashes)
-        for payload in payloads:
-            try:
-                producer, redactions = prepare(api_key, payload, batch)
-            except DocumentInvalid as error:
-                results.append(error)
-                continue
-            request_hash = sha256_hex(canonical_bytes(producer))
-            idempotency_key: str | None = producer.get("idempotency_key")
-            existing = (
-                batch.by_key.get(idempotency_key) or keyed.get(idempotency_key)
-                if idempotency_key is not None
-                else None
-            )
-            if existing is not None:
-                if existing.idempotency_key != idempotency_key:  # erased: found by its hash
-                    results.append(IdempotencyKeyWithdrawn(existing))
-                elif existing.request_hash != request_hash:
-                    results.append(IdempotencyKeyReused(existing))
-                else:
-                    results.append(Ingested(receipt=existing, replayed=True))
-                continue
-            receipt, data = _new_receipt(api_key, producer, redactions, request_hash)
-            batch.add(receipt, data)
-            results.append(Ingested(receipt=receipt, replayed=False))
+        key = keyring.active_key()  # the key lock_for_append approved
+        now = _stored_under(tenant.pk, hashes)
+        stale = early is None or early.kid != key.kid or _state(now) != _state(keyed)
+        if decided is None or stale:
+            # (The links looked up again too: they may name a receipt stored meanwhile.)
+            named = _named(api_key, [draft for draft in drafts if isinstance(draft, Draft)])
+            decided = _decide(api_key, drafts, named, now, key)
+        results, batch = decided
         if not batch.stored:
             return results
         Receipt.objects.bulk_create([receipt for receipt, _ in batch.stored])
@@ -328,3 +375,47 @@ def receipts_ingest(
     for offset, (receipt, _) in enumerate(batch.stored):
         _log_entry_cached(receipt, first + offset)
     return results
+
+
+def _state(keyed: dict[str, Receipt]) -> dict[str, tuple[int, str | None]]:
+    """What the batch's decisions rest on: the receipt stored (or withdrawn) under each key."""
+    return {key: (receipt.pk, receipt.idempotency_key) for key, receipt in keyed.items()}
+
+
+def _decide(
+    api_key: ApiKey, drafts: Sequence[Draft | DocumentInvalid], named: _Named,
+    keyed: dict[str, Receipt], key: keyring.ActiveKey,
+) -> tuple[list[Ingested | Refusal], _Batch]:  # fmt: skip
+    """Each item of a batch, in order, as if posted alone after the earlier ones, given the
+    receipts stored under its keys (`keyed`): refused, replayed, or made and signed by `key`
+    (not yet saved: in the _Batch)."""
+    results: list[Ingested | Refusal] = []
+    batch = _Batch()
+    for draft in drafts:
+        if isinstance(draft, DocumentInvalid):
+            results.append(draft)
+            continue
+        try:
+            producer, redactions = _prepared(draft, named, batch)
+        except DocumentInvalid as error:
+            results.append(error)
+            continue
+        request_hash = sha256_hex(canonical_bytes(producer))
+        idempotency_key: str | None = producer.get("idempotency_key")
+        existing = (
+            batch.by_key.get(idempotency_key) or keyed.get(idempotency_key)
+            if idempotency_key is not None
+            else None
+        )
+        if existing is not None:
+            if existing.idempotency_key != idempotency_key:  # erased: found by its hash
+                results.append(IdempotencyKeyWithdrawn(existing))
+            elif existing.request_hash != request_hash:
+                results.append(IdempotencyKeyReused(existing))
+            else:
+                results.append(Ingested(receipt=existing, replayed=True))
+            continue
+        receipt, data = _new_receipt(api_key, producer, redactions, request_hash, key)
+        batch.add(receipt, data)
+        results.append(Ingested(receipt=receipt, replayed=False))
+    return results, batch

@@ -59,9 +59,11 @@ TENANT = {
     # the key; under the lock: the log's state, the idempotency key, the insert, then the
     # append (head, frontier, entry, nodes, head row, signed note); the audit line
     "ingest": (10, 12),
-    # the same statements for 1 or 500 items: the items' idempotency keys in one query, one
-    # insert of every receipt (SQLite splits a long one), one append for all of them
-    "batch": (10, 12),
+    # the same statements for 1 or 500 items: the items' idempotency keys in one query
+    # before the lock (the items are made and signed before it) and once more under it (to
+    # see that nothing was stored under them meanwhile), one insert of every receipt (SQLite
+    # splits a long one), one append for all of them
+    "batch": (11, 13),
     # the key, the page of receipts with their log entries, the audit line
     "list": (3, 4),
     "detail": (3, 4),
@@ -180,6 +182,34 @@ def test_a_batch_runs_as_many_queries_whatever_its_size(producer: Producer, size
     assert response.status_code == 200, response.content
     assert all(item["status"] == 201 for item in response.json()["results"])
     assert len(sql) == pinned(TENANT, "batch"), "\n".join(sql)
+
+
+@pytest.mark.parametrize("size", [1, 100])
+def test_a_batch_reads_every_item_s_links_in_one_query_whatever_its_size(
+    producer: Producer, size: int
+) -> None:
+    # Each item names a stored receipt by its id and by its idempotency key, and the item
+    # before it by its key: one look-up for all (it was one per item).
+    parent = producer.publish(idempotency_key="parent")
+    items = [
+        example_body(idempotency_key=f"item-{i}", links={
+            "parent_receipt_id": parent["id"],
+            "child_idempotency_keys": ["parent"] + ([f"item-{i - 1}"] if i else []),
+        })
+        for i in range(size)
+    ]  # fmt: skip
+    response, sql = queries_of(
+        lambda: producer.post({"receipts": items}, path="/api/receipts/batch")
+    )
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert [item["status"] for item in results] == [201] * size, results
+    assert len(sql) == pinned(TENANT, "batch") + 1, "\n".join(sql)
+    last = Receipt.objects.get(public_id=results[-1]["id"])
+    links = json.loads(bytes(last.canonical_bytes))["links"]
+    assert links["parent_receipt_id"] == parent["id"]
+    expected = [parent["id"]] + ([results[-2]["id"]] if size > 1 else [])
+    assert links["child_receipt_ids"] == expected
 
 
 @pytest.mark.parametrize(
