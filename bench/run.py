@@ -114,7 +114,7 @@ from siteload.routes import Routes  # noqa: E402
 from siteload.server import Server  # noqa: E402
 
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432/"
-RAW_BASELINE = "raw WSGI baseline"
+RAW_BASELINE = figures.RAW
 STATIC_BASELINE = "nginx static 2 KB file"  # --front nginx's baseline
 STATIC_FILE = "bench-2kb.json"  # written into STATIC_ROOT: raw_wsgi.BODY, served by nginx
 # The live table's header; through nginx its ratios are to the static file (x 2KB).
