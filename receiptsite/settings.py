@@ -88,6 +88,9 @@ def database(url: str) -> dict[str, object]:
     if entry.get("ENGINE") == "django.db.backends.postgresql":
         options = entry.get("OPTIONS")
         entry.update(
+            # Django's backend, its health check of a kept connection without a round trip
+            # while the connection is sound (receiptsite/lib/postgresql/base.py).
+            ENGINE="receiptsite.lib.postgresql",
             CONN_MAX_AGE=60,
             CONN_HEALTH_CHECKS=True,
             OPTIONS={
