@@ -9,6 +9,7 @@ the site: gunicorn, manage.py) and tests/browser (Debian's Chromium, on a live s
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import shutil
@@ -47,6 +48,18 @@ def example_body(**changes: Any) -> dict[str, Any]:
         else:
             body[key] = value
     return body
+
+
+def remember_a_tree_not_stored(
+    settings: Any, size: int = 10, root: bytes = b"\x01" * 32, origin: str | None = None
+) -> None:
+    """The site remembers (LOG_STATE_FILE) a signed tree of `size` leaves and this `root`, of
+    the log `origin` (default LOG_ORIGIN), that the database does not hold: as after a restore
+    from a backup older than that tree."""
+    Path(settings.LOG_STATE_FILE).write_text(json.dumps({
+        "origin": origin or settings.LOG_ORIGIN, "tree_size": size,
+        "root_hash": base64.b64encode(root).decode(),
+    }))  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ from receiptsite.integrity.keys import generate_private_key_pem, load_private_ke
 from receiptsite.ledger import keyring, log
 from receiptsite.receipts.models import ApiKey, Receipt, SignedCheckpoint, SigningKey, Tenant
 from receiptsite.receipts.services import receipt_ingest
-from tests.conftest import Producer, command_line, example_body, tamper
+from tests.conftest import Producer, command_line, example_body, remember_a_tree_not_stored, tamper
 
 pytestmark = pytest.mark.db
 
@@ -272,10 +272,7 @@ def test_signcheckpoint_is_a_no_op_when_the_checkpoint_is_current(producer: Prod
 
 def test_signcheckpoint_refuses_a_rolled_back_log(producer: Producer, settings: Any) -> None:
     publish(producer, 1)
-    Path(settings.LOG_STATE_FILE).write_text(
-        '{"origin": "receipts.example.org/receipts", "tree_size": 5, "root_hash": "'
-        + base64.b64encode(b"\x01" * 32).decode() + '"}'
-    )
+    remember_a_tree_not_stored(settings, size=5)
     with pytest.raises(CommandError, match="5 leaves"):
         run("signcheckpoint")
 

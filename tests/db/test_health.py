@@ -5,10 +5,7 @@ gunicorn and its log: tests/live/test_health_private.py."""
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +13,7 @@ from django.db import OperationalError
 from django.test import Client
 
 from receiptsite.ledger import log
-from tests.conftest import SITE, Producer, assert_problem
+from tests.conftest import SITE, Producer, assert_problem, remember_a_tree_not_stored
 from tests.db.test_witnesses import cosign, one_of_two
 
 pytestmark = pytest.mark.db
@@ -64,10 +61,7 @@ def test_a_log_the_guard_refuses_is_said_with_its_reason(
     producer: Producer, client: Client, settings: Any
 ) -> None:
     producer.publish()
-    Path(settings.LOG_STATE_FILE).write_text(json.dumps(
-        {"origin": "receipts.example.org/receipts", "tree_size": 10,
-         "root_hash": base64.b64encode(b"\x01" * 32).decode()}
-    ))  # fmt: skip
+    remember_a_tree_not_stored(settings)
     response = client.get("/healthz")
     body = assert_problem(response, 503, "log-not-signed")
     result, detail = checks(response)["log"]

@@ -17,7 +17,6 @@ checkpoint by a key compromised before it signed ever taken as proof.
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, datetime
 from io import StringIO
@@ -35,7 +34,7 @@ from receiptsite.integrity import keys, note
 from receiptsite.ledger import keyring, log
 from receiptsite.lib.rfc3339 import parse_rfc3339
 from receiptsite.receipts.models import AppendedSignature, SignedCheckpoint, SigningKey
-from tests.conftest import Producer, command_line, lift_guard, tamper
+from tests.conftest import Producer, command_line, lift_guard, remember_a_tree_not_stored, tamper
 from tests.db.test_immutability import database_clock
 
 pytestmark = [pytest.mark.db, pytest.mark.usefixtures("own_key_file")]
@@ -219,9 +218,7 @@ def test_a_log_the_site_refuses_to_sign_leaves_everything_as_it_was(
     producer.publish()
     settings.VAR_DIR = tmp_path / "var"
     # The site remembers a larger tree than the database holds (restored from an old backup).
-    Path(settings.LOG_STATE_FILE).write_text(
-        json.dumps({"origin": "x", "tree_size": 10, "root_hash": "A" * 43 + "="})
-    )
+    remember_a_tree_not_stored(settings, root=bytes(32), origin="x")
     before, unchanged = state(), Path(settings.SIGNING_KEY_FILE).read_bytes()
     with pytest.raises(CommandError, match="refuses to sign its log"):
         run_command(keyring.configured().kid, at=stamp())

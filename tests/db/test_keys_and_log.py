@@ -31,6 +31,7 @@ from tests.conftest import (
     command_line,
     example_body,
     mark_compromised,
+    remember_a_tree_not_stored,
 )
 
 pytestmark = pytest.mark.db
@@ -199,13 +200,6 @@ def test_signingkeys_lists_keys_and_one_compromised(
 # --- a log that was rolled back is never signed -------------------------------------------
 
 
-def remember(settings: Any, size: int, root: bytes) -> None:
-    Path(settings.LOG_STATE_FILE).write_text(
-        json.dumps({"origin": ORIGIN, "tree_size": size, "root_hash":
-                    base64.b64encode(root).decode()})
-    )
-
-
 def test_signing_remembers_the_largest_tree_outside_the_database(
     producer: Producer, settings: Any
 ) -> None:
@@ -221,7 +215,7 @@ def test_a_log_smaller_than_a_signed_one_is_refused(
     producer: Producer, client: Client, settings: Any
 ) -> None:
     answer = producer.publish()
-    remember(settings, 10, b"\x01" * 32)  # as if a tree of 10 had been signed before a restore
+    remember_a_tree_not_stored(settings)  # as if a tree of 10 had been signed before a restore
     response = client.get("/api/log/checkpoint")
     assert response.status_code == 503
     assert response["Content-Type"] == "application/problem+json"
@@ -241,7 +235,8 @@ def test_a_log_whose_history_differs_from_a_signed_one_is_refused(
 ) -> None:
     producer.publish(idempotency_key="a")
     producer.publish(idempotency_key="b")
-    remember(settings, 1, b"\x02" * 32)  # a different tree of size 1 was signed before
+    # A different tree of size 1 was signed before.
+    remember_a_tree_not_stored(settings, 1, b"\x02" * 32)
     assert client.get("/api/log/checkpoint").status_code == 503
     assert client.get("/healthz").status_code == 503
 
@@ -389,7 +384,7 @@ def test_while_the_log_is_refused_ingest_answers_503_and_stores_nothing(
     producer: Producer, client: Client, settings: Any
 ) -> None:
     first = producer.publish(idempotency_key="a")
-    remember(settings, 10, b"\x01" * 32)  # a restore from an old backup
+    remember_a_tree_not_stored(settings)  # a restore from an old backup
     signed = SignedCheckpoint.objects.count()
     body = assert_problem(producer.post(example_body(idempotency_key="b")), 503, "log-not-signed")
     assert "10" in body["detail"]

@@ -24,7 +24,13 @@ from receiptsite.integrity.encoding import b64, b64decode
 from receiptsite.ledger import keyring, log, logstate
 from receiptsite.ledger.log import LogRollback
 from receiptsite.receipts.models import LogContinuation, SignedCheckpoint
-from tests.conftest import Producer, assert_problem, count_receipts, example_body
+from tests.conftest import (
+    Producer,
+    assert_problem,
+    count_receipts,
+    example_body,
+    remember_a_tree_not_stored,
+)
 
 pytestmark = pytest.mark.db
 
@@ -38,9 +44,7 @@ def state(settings: Any) -> dict[str, Any]:
 
 def restored(settings: Any, size: int = 5, root: bytes = LOST_ROOT, origin: str = ORIGIN) -> None:
     """As after a restore from a backup older than the tree of `size` leaves the site signed."""
-    Path(settings.LOG_STATE_FILE).write_text(
-        json.dumps({"origin": origin, "tree_size": size, "root_hash": b64(root)})
-    )
+    remember_a_tree_not_stored(settings, size, root, origin)
 
 
 def continuelog(*args: str) -> str:

@@ -6,13 +6,10 @@ workers summed: tests/live/test_metrics.py."""
 
 from __future__ import annotations
 
-import base64
-import json
 import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +22,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from receiptsite.config import metrics_allowed_from, rate_limits, trusted_proxies
-from tests.conftest import Producer, assert_problem, example_body
+from tests.conftest import Producer, assert_problem, example_body, remember_a_tree_not_stored
 from tests.db.test_witnesses import cosign, one_of_two
 from tests.otelspans import Recorder, protobuf, tool_call
 
@@ -271,10 +268,7 @@ def test_a_log_the_guard_refuses_and_a_missing_key_are_not_ready(
     client: Client, producer: Producer, settings: Any
 ) -> None:
     producer.publish()
-    Path(settings.LOG_STATE_FILE).write_text(json.dumps(
-        {"origin": "receipts.example.org/receipts", "tree_size": 10,
-         "root_hash": base64.b64encode(b"\x01" * 32).decode()}
-    ))  # fmt: skip
+    remember_a_tree_not_stored(settings)
     assert client.get("/healthz").status_code == 503
     _, samples, _ = scrape(client)
     assert value(samples, "receiptsite_ready") == 0

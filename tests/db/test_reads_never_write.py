@@ -10,8 +10,6 @@ stored tree not yet signed, a log rolled back).
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from receiptsite.integrity.keys import generate_private_key_pem
 from receiptsite.ledger import log
 from receiptsite.receipts.models import ApiKey, Receipt
 from receiptsite.receipts.services import receipt_ingest
-from tests.conftest import Producer, example_body
+from tests.conftest import Producer, example_body, remember_a_tree_not_stored
 
 pytestmark = pytest.mark.db
 
@@ -76,10 +74,7 @@ def unsigned(settings: Any, tmp_path: Path) -> None:
 
 def rolled_back(settings: Any, tmp_path: Path) -> None:
     """The database restored from a backup older than the largest tree signed."""
-    Path(settings.LOG_STATE_FILE).write_text(json.dumps({
-        "origin": "receipts.example.org/receipts", "tree_size": 10,
-        "root_hash": base64.b64encode(b"\x01" * 32).decode(),
-    }))
+    remember_a_tree_not_stored(settings)
 
 
 def as_is(settings: Any, tmp_path: Path) -> None:
