@@ -1,5 +1,6 @@
 """Checking the keys' history: the chain of key-status/v1 statements (key_statement_v1.py), as
-the keys document publishes it. Pure: no Django, no database; `checkkeys` and the tests call it.
+the keys document publishes it. Pure: no Django, no database; `checklog` (key_history.check)
+and the tests call it.
 
 A chain checks out when, statement by statement, in order:
 - its bytes are the RFC 8785 form of a key-status/v1 statement, its hash is their SHA-256, its
@@ -9,7 +10,8 @@ A chain checks out when, statement by statement, in order:
   itself when it is activated, else a key the chain holds active and not compromised; the
   outgoing key, when it signs too, is one the chain knows and does not hold compromised;
 - a key never changes its public key (kid and x agree with the first statement of it, and the
-  kid is the RFC 7638 thumbprint of x), and nothing follows its compromise;
+  kid is the RFC 7638 thumbprint of x), nothing follows its compromise, and a retired key is
+  never made active again;
 - when `anchor` is given (a key id the verifier trusts: given to it, or the first one it saw),
   the first statement activates that key.
 """
@@ -123,6 +125,8 @@ def _check_one(
         return f"it changes the public key of {kid}"
     if before is not None and before["status"] == "compromised":
         return f"it follows the compromise of {kid}: a compromised key stays compromised"
+    if before is not None and before["status"] == "retired" and status == "active":
+        return f"it makes the retired key {kid} active again: a rotation only goes forward"
     if (status == "compromised") != (doc["compromised_at"] is not None):
         return "compromised_at is there for a compromised key only"
     signers = doc["signed_by"]

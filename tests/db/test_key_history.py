@@ -149,6 +149,20 @@ def test_a_new_key_that_its_predecessor_did_not_sign_over_to_is_not_believed() -
     assert problems and "without the signature of the outgoing key" in problems[0]
 
 
+def test_a_retired_key_made_active_again_is_not_believed() -> None:
+    """A reactivation signed as an activation must be (by the key itself, then the active key):
+    what someone holding the site's database role and the old key could append."""
+    old, new = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    made = [_statement(0, old, "active", [old])]
+    made.append(_statement(1, new, "active", [new, old], previous=made[-1]["hash"]))
+    made.append(_statement(2, old, "retired", [new, old], previous=made[-1]["hash"]))
+    assert key_chain.check(made).problems == []
+    made.append(_statement(3, old, "active", [old, new], previous=made[-1]["hash"]))
+    problems = key_chain.check(made).problems
+    old_kid = keys.jwk_thumbprint(keys.public_raw(old))
+    assert problems and f"it makes the retired key {old_kid} active again" in problems[0]
+
+
 def _statement(
     position: int, key: Ed25519PrivateKey, status: str, signers: list[Ed25519PrivateKey],
     previous: str = "0" * 64,

@@ -116,6 +116,18 @@ def test_a_compromised_key_listed_active_again_is_taken_as_compromised() -> None
         (kid(old), "compromised", AT), (kid(new), "active", None)]
 
 
+def test_a_retired_key_made_active_again_is_not_believed() -> None:
+    # Well signed, by the key itself and the active key, as someone holding both (the site's
+    # database role and the old key's private half) could: a rotation only goes forward.
+    history, old, new = rotated()
+    history.state(old, "active", [old, new])
+    found, problems = listed_keys(history.document())
+    assert any(f"it makes the retired key {kid(old)} active again" in p for p in problems)
+    assert (kid(old), "active") not in [(key.kid, key.status) for key in found]
+    pinned = trusted_keys(history.document(), b64url(public(new)))
+    assert (kid(old), "active") not in [(key.kid, key.status) for key in pinned]
+
+
 def test_a_listed_key_no_statement_vouches_for_is_left_out() -> None:
     history, old, new = rotated()
     document = history.document()

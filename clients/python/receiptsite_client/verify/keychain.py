@@ -9,8 +9,9 @@ key's x never changes; every key `signed_by` names signed it, none compromised, 
 being the key activated (or, for a retirement or compromise, a key active until then); a
 retired key signs its retirement, a compromised one never its compromise; a key activated while
 another was active carries that one's signature, unless the next statement marks it
-compromised; nothing follows a compromise. Statements `made_by` "migration" are the prefix a
-site wrote when it began its history: each key as it stood, signed by the first one."""
+compromised; nothing follows a compromise, and a retired key is never made active again.
+Statements `made_by` "migration" are the prefix a site wrote when it began its history: each
+key as it stood, signed by the first one."""
 
 from __future__ import annotations
 
@@ -116,6 +117,8 @@ def _check_one(chain: Chain, position: int, previous: str, item: Mapping[str, An
         return f"it changes the public key of {kid}"
     if before is not None and before["status"] == "compromised":
         return f"it follows the compromise of {kid}: a compromised key stays compromised"
+    if before is not None and before["status"] == "retired" and status == "active":
+        return f"it makes the retired key {kid} active again: a rotation only goes forward"
     if (status == "compromised") != (doc["compromised_at"] is not None):
         return "compromised_at is there for a compromised key only"
     signers = doc["signed_by"]
