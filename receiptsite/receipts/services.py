@@ -70,6 +70,18 @@ class Ingested:
 BeforeCommit = Callable[[list[Ingested]], None]
 
 
+def _answer_to_retry(
+    existing: Receipt, idempotency_key: str, request_hash: str
+) -> Ingested | Refusal:
+    """What a request with `idempotency_key` gets when `existing` is stored (or was withdrawn)
+    under it: the receipt replayed, or why not."""
+    if existing.idempotency_key != idempotency_key:  # erased: found by its hash
+        return IdempotencyKeyWithdrawn(existing)
+    if existing.request_hash != request_hash:
+        return IdempotencyKeyReused(existing)
+    return Ingested(receipt=existing, replayed=True)
+
+
 @dataclass
 class _Batch:
     """The receipts a batch has made so far, not yet inserted: later items may link to them
@@ -100,15 +112,23 @@ class _Named:
 _LOOKUP_CHUNK = 10_000
 
 
+def _refs(refs: LinkRefs) -> tuple[list[str], list[str]]:
+    """The receipt ids and the idempotency keys a document's links name."""
+    ids = [i for i in [refs.parent_receipt_id, *refs.child_receipt_ids] if i]
+    keys = [k for k in [refs.parent_idempotency_key, *refs.child_idempotency_keys] if k]
+    return ids, keys
+
+
 def _named(api_key: ApiKey, drafts: Sequence[Draft]) -> _Named:
     """The receipts the links of `drafts` name, in one query (a chunk of ids and keys each).
     A receipt of another tenant is found exactly like one that does not exist: not at all."""
     ids: set[str] = set()
     keys: set[str] = set()
     for draft in drafts:
-        if (refs := draft.links) is not None:
-            ids.update(i for i in [refs.parent_receipt_id, *refs.child_receipt_ids] if i)
-            keys.update(k for k in [refs.parent_idempotency_key, *refs.child_idempotency_keys] if k)
+        if draft.links is not None:
+            named_ids, named_keys = _refs(draft.links)
+            ids.update(named_ids)
+            keys.update(named_keys)
     named = _Named()
     wanted_ids, wanted_keys = sorted(ids), sorted(keys)
     while wanted_ids or wanted_keys:
@@ -130,8 +150,7 @@ def _resolve_links(
     """Map ids and idempotency keys to ids of this tenant's receipts: the stored ones `named`
     found, and the ones made by `earlier` items of the same batch. DocumentInvalid for one
     that names no receipt of this tenant."""
-    ids = [i for i in [refs.parent_receipt_id, *refs.child_receipt_ids] if i]
-    keys = [k for k in [refs.parent_idempotency_key, *refs.child_idempotency_keys] if k]
+    ids, keys = _refs(refs)
     by_id = named.ids
     by_key = named.by_key
     if earlier is not None:
@@ -225,14 +244,13 @@ def receipt_ingest(
             # One statement: the receipt stored under the key, or the one withdrawn under it.
             existing = Receipt.objects.by_idempotency_key(tenant.pk, idempotency_key, hashes)
             if existing is not None:
-                if existing.idempotency_key != idempotency_key:  # erased: found by its hash
-                    raise IdempotencyKeyWithdrawn(existing)
-                if existing.request_hash != request_hash:
-                    raise IdempotencyKeyReused(existing)
-                return Ingested(receipt=existing, replayed=True)
+                answer = _answer_to_retry(existing, idempotency_key, request_hash)
+                if not isinstance(answer, Ingested):
+                    raise answer
+                return answer
 
         key = keyring.active_key()  # the key lock_for_append approved
-        if made is None or made[0].signing_key_id != key.row.pk:
+        if made is None or _stale_key(early, key):
             # Not made yet (this process had not recorded its key), or signed by a key found
             # compromised or retired while the request waited for the lock: made again, now,
             # so that nothing is stored under a key the lock did not approve.
@@ -357,7 +375,7 @@ def receipts_ingest(
         current = log.lock_for_append()
         key = keyring.active_key()  # the key lock_for_append approved
         now = _stored_under(tenant.pk, hashes)
-        stale = early is None or early.kid != key.kid or _state(now) != _state(keyed)
+        stale = _stale_key(early, key) or _state(now) != _state(keyed)
         if decided is None or stale:
             # (The links looked up again too: they may name a receipt stored meanwhile.)
             named = _named(api_key, [draft for draft in drafts if isinstance(draft, Draft)])
@@ -375,6 +393,12 @@ def receipts_ingest(
     for offset, (receipt, _) in enumerate(batch.stored):
         _log_entry_cached(receipt, first + offset)
     return results
+
+
+def _stale_key(early: keyring.ActiveKey | None, key: keyring.ActiveKey) -> bool:
+    """Whether what was signed before the lock, by `early` (None: nothing was), must be made
+    again by `key`, the key the lock approved."""
+    return early is None or early.kid != key.kid
 
 
 def _state(keyed: dict[str, Receipt]) -> dict[str, tuple[int, str | None]]:
@@ -402,19 +426,11 @@ def _decide(
             continue
         request_hash = sha256_hex(canonical_bytes(producer))
         idempotency_key: str | None = producer.get("idempotency_key")
-        existing = (
-            batch.by_key.get(idempotency_key) or keyed.get(idempotency_key)
-            if idempotency_key is not None
-            else None
-        )
-        if existing is not None:
-            if existing.idempotency_key != idempotency_key:  # erased: found by its hash
-                results.append(IdempotencyKeyWithdrawn(existing))
-            elif existing.request_hash != request_hash:
-                results.append(IdempotencyKeyReused(existing))
-            else:
-                results.append(Ingested(receipt=existing, replayed=True))
-            continue
+        if idempotency_key is not None:
+            existing = batch.by_key.get(idempotency_key) or keyed.get(idempotency_key)
+            if existing is not None:
+                results.append(_answer_to_retry(existing, idempotency_key, request_hash))
+                continue
         receipt, data = _new_receipt(api_key, producer, redactions, request_hash, key)
         batch.add(receipt, data)
         results.append(Ingested(receipt=receipt, replayed=False))

@@ -45,6 +45,22 @@ def meanwhile(monkeypatch: pytest.MonkeyPatch, happen: Any) -> list[int]:
     return taken
 
 
+def stored_meanwhile(
+    monkeypatch: pytest.MonkeyPatch, **changes: Any
+) -> tuple[dict[str, Receipt], list[int]]:
+    """Another request stores a receipt under the key "b" (the example body with `changes`)
+    just before the next request takes the append lock: the dict holds it then, as
+    "receipt"; the list counts the locks taken after it (meanwhile)."""
+    key = ApiKey.objects.get()
+    spent: dict[str, Receipt] = {}
+
+    def another_request() -> None:
+        body = example_body(idempotency_key="b", **changes)
+        spent["receipt"] = receipt_ingest(api_key=key, payload=body).receipt
+
+    return spent, meanwhile(monkeypatch, another_request)
+
+
 def compromised_elsewhere(settings: Any) -> tuple[str, str, Any]:
     """What `compromisekey` run by another process does: the active key marked compromised
     and a new key written in place of it in SIGNING_KEY_FILE, this process told nothing. The
@@ -90,29 +106,16 @@ def test_a_batch_signed_by_a_key_compromised_while_it_waited_is_made_again_by_th
         assert stored.signing_key.kid == new != old
         assert client.get(f"/api/receipt/{item['id']}/verify").json()["status"] == "valid"
     # The link names the receipt stored, not one made before the lock and thrown away.
-    linked = client.get(f"/api/receipt/{second['id']}/verify").json()
-    assert f'"parent_receipt_id":"{first["id"]}"' in _document(linked)
-
-
-def _document(verification: dict[str, Any]) -> str:
-    import base64
-
-    return base64.b64decode(verification["canonical_bytes"]).decode()
+    linked = Receipt.objects.get(public_id=second["id"])
+    assert f'"parent_receipt_id":"{first["id"]}"' in bytes(linked.canonical_bytes).decode()
 
 
 def test_a_key_another_request_spent_while_a_batch_waited_is_answered_as_spent(
     producer: Producer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     producer.publish(idempotency_key="before")
-    key = ApiKey.objects.get()
-    spent: dict[str, Any] = {}
-
-    def another_request() -> None:  # the same key, another body: stored first
-        spent["receipt"] = receipt_ingest(
-            api_key=key, payload=example_body(idempotency_key="b", workflow_id="wf-other")
-        ).receipt
-
-    taken = meanwhile(monkeypatch, another_request)
+    # The same key, another body.
+    spent, taken = stored_meanwhile(monkeypatch, workflow_id="wf-other")
     items = [example_body(idempotency_key=k) for k in ("a", "b", "c")]
     response = producer.post({"receipts": items}, path=BATCH)
     assert response.status_code == 200, response.content
@@ -131,15 +134,7 @@ def test_a_batch_replays_what_another_request_stored_with_the_same_body_meanwhil
     producer: Producer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     producer.publish(idempotency_key="before")
-    key = ApiKey.objects.get()
-    spent: dict[str, Any] = {}
-
-    def another_request() -> None:  # the same key and body: the batch's item is a retry
-        spent["receipt"] = receipt_ingest(
-            api_key=key, payload=example_body(idempotency_key="b")
-        ).receipt
-
-    meanwhile(monkeypatch, another_request)
+    spent, _ = stored_meanwhile(monkeypatch)  # the same key and body: the batch's item a retry
     items = [example_body(idempotency_key="a"),
              example_body(idempotency_key="b"),
              example_body(idempotency_key="c", links={"parent_idempotency_key": "b"})]  # fmt: skip
