@@ -54,6 +54,7 @@ from receiptsite.integrity import merkle, note
 from receiptsite.integrity.continuation import Continuation
 from receiptsite.integrity.encoding import b64, b64decode
 from receiptsite.ledger import keyring, logstate
+from receiptsite.lib.outer import once_committed
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import (
     Checkpoint,
@@ -296,14 +297,10 @@ def remember(current: Head) -> None:
     """Record a signed tree in LOG_STATE_FILE. Call after the transaction that stored its
     note has committed, never before: a state file that ran ahead of a commit that then
     failed would make the site refuse its own log."""
-    blocks = connection.atomic_blocks
-    if blocks and not getattr(blocks[0], "_from_testcase", False):
-        # The storing transaction is nested in an outer one (a tenant request's, which writes
-        # its audit-log entry before it commits): remember once that one has committed. The
-        # transaction a test case wraps each test in never commits: inside it, as for
-        # Django's durable blocks, the blocks within count as outermost.
-        transaction.on_commit(functools.partial(remember, current))
-        return
+    once_committed(functools.partial(_remember_committed, current))
+
+
+def _remember_committed(current: Head) -> None:
     known = _read_file()
     if known is None or known.origin != current.origin or known.size < current.size:
         _remember(current)

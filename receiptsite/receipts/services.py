@@ -7,14 +7,19 @@ appends its log leaf.
 
 from __future__ import annotations
 
+import contextvars
+import copy
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
-from django.db import transaction
+from django.core.signals import request_finished
+from django.db import OperationalError, transaction
 from django.db.models import F, Q
+from django.dispatch import receiver
 from django.utils import timezone
 
 from receiptsite import metrics
@@ -30,6 +35,7 @@ from receiptsite.evidence.document import (
 from receiptsite.evidence.redaction import redact
 from receiptsite.integrity.canonical import canonical_bytes, sha256_hex
 from receiptsite.ledger import keyring, log
+from receiptsite.lib.outer import once_committed
 from receiptsite.receipts.models import (
     ApiKey,
     LogEntry,
@@ -218,7 +224,8 @@ def receipt_ingest(
 
     The receipt is made and signed before the transaction (validation, links, redaction, the
     two RFC 8785 serialisations, the signature), so that the append lock is held only to
-    look up the idempotency key, insert, append and sign the checkpoint.
+    look up the idempotency key, insert, append and sign the checkpoint. Posts of one API key
+    that wait for the lock at once in this process are stored together (group commit, below).
 
     Raises DocumentInvalid (422), IdempotencyKeyReused (422) or IdempotencyKeyWithdrawn
     (410); log.LogRollback or keyring.CannotSign (503) when the site must not sign, before
@@ -227,48 +234,194 @@ def receipt_ingest(
     producer, redactions = prepare(api_key, payload)
     request_hash = sha256_hex(canonical_bytes(producer))
     early = keyring.recorded()
-    made = _new_receipt(api_key, producer, redactions, request_hash, early) if early else None
     idempotency_key = producer.get("idempotency_key")
-    tenant = api_key.tenant
-    hashes = (
-        withdrawal.idempotency_key_hashes(tenant.pk, idempotency_key)
+    post = _Post(
+        api_key=api_key,
+        producer=producer,
+        redactions=redactions,
+        request_hash=request_hash,
+        idempotency_key=idempotency_key,
+        hashes=withdrawal.idempotency_key_hashes(api_key.tenant_id, idempotency_key)
         if idempotency_key is not None
-        else []
+        else [],
+        early=early,
+        made=_new_receipt(api_key, producer, redactions, request_hash, early) if early else None,
+        before_commit=before_commit,
+        context=contextvars.copy_context(),
     )
+    group, leading = _join(post)
+    if leading:
+        _store(group)
+    else:
+        group.wait()
+    if not isinstance(post.outcome, Ingested):
+        raise cast(Exception, post.outcome)
+    return post.outcome
 
-    with transaction.atomic():
-        # Appends are serialised; so, therefore, are the idempotency look-up and the insert:
-        # concurrent requests with one key store exactly one receipt.
-        current = log.lock_for_append()
-        if idempotency_key is not None:
-            # One statement: the receipt stored under the key, or the one withdrawn under it.
-            existing = Receipt.objects.by_idempotency_key(tenant.pk, idempotency_key, hashes)
-            if existing is not None:
-                answer = _answer_to_retry(existing, idempotency_key, request_hash)
-                if not isinstance(answer, Ingested):
-                    raise answer
-                return answer
 
-        key = keyring.active_key()  # the key lock_for_append approved
-        if made is None or _stale_key(early, key):
-            # Not made yet (this process had not recorded its key), or signed by a key found
-            # compromised or retired while the request waited for the lock: made again, now,
-            # so that nothing is stored under a key the lock did not approve.
-            made = _new_receipt(api_key, producer, redactions, request_hash, key)
-        receipt, data = made
-        receipt.save(force_insert=True)
-        logged = log.append(receipt, data, current)  # and its signed checkpoint
-        if before_commit is not None:
-            before_commit([Ingested(receipt=receipt, replayed=False)])
-    metrics.count_stored(1)  # once the outermost transaction commits
+# --- group commit ---------------------------------------------------------------------------
+#
+# Single posts of one API key that arrive while this process is storing (or waiting for the
+# append lock) are stored together: the first to come (the group's leader) takes the lock on
+# its own connection, in its own storing transaction, for every post that joined its group
+# before it got the lock, up to GROUP_MAX; the others wait. One transaction, one insert, one
+# commit (one fsync) and one signed checkpoint for all of them, as if each had been posted
+# alone after the earlier ones, in the order they joined: an idempotency key two of them
+# share stores one receipt. Each post's audit entry is written in that transaction, by its
+# own before_commit run in its own request's context (its request id), and each waits for
+# the commit, so that no 201 is answered before the checkpoint that includes it is stored.
+# If the transaction fails, every post of the group gets its error, and nothing is stored.
+#
+# The lock is the database's (log.lock_for_append), so what holds for one process holds
+# across workers and hosts: a group is one storing transaction among the others. Grouping
+# needs threads in a process (gunicorn's gthread workers); a sync worker serves one request
+# at a time, and each of its groups is one post. One API key: its tenant is the one the
+# leader's transaction is scoped to (PostgreSQL row-level security), and the audit entries
+# name it.
+
+GROUP_MAX = 256  # posts per storing transaction; Tessera's default batch is 256 entries too
+_GROUP_WAIT = 60.0  # seconds a post waits for its group's commit (gunicorn kills at 30)
+
+
+@dataclass(eq=False)
+class _Post:
+    """A single post, made (and signed, when this process has recorded its key) before the
+    lock; its outcome once its group is stored."""
+
+    api_key: ApiKey
+    producer: dict[str, Any]
+    redactions: list[dict[str, Any]]
+    request_hash: str
+    idempotency_key: str | None
+    hashes: list[str]  # the hashes a withdrawal keeps of the idempotency key
+    early: keyring.ActiveKey | None
+    made: tuple[Receipt, bytes] | None
+    before_commit: BeforeCommit | None
+    context: contextvars.Context
+    outcome: Ingested | Refusal | None = None
+
+
+class _Group:
+    def __init__(self, api_key_id: int) -> None:
+        self.api_key_id = api_key_id
+        self.posts: list[_Post] = []
+        self.error: BaseException | None = None
+        self._settled = threading.Event()
+
+    def settle(self, error: BaseException | None = None) -> None:
+        """The group's transaction committed (or, with `error`, did not): wake its posts."""
+        if not self._settled.is_set():
+            self.error = error
+            self._settled.set()
+
+    @property
+    def settled(self) -> bool:
+        return self._settled.is_set()
+
+    def wait(self) -> None:
+        if not self._settled.wait(_GROUP_WAIT):
+            raise OperationalError("the transaction storing this receipt did not end in time")
+        if self.error is not None:
+            raise copy.copy(self.error)  # each thread raises (and tracebacks) its own
+
+
+_forming: dict[int, _Group] = {}  # by API key: the group whose leader has not the lock yet
+_forming_lock = threading.Lock()
+_awaiting_commit = threading.local()  # the groups this thread leads, stored, not committed
+
+
+def _join(post: _Post) -> tuple[_Group, bool]:
+    """The group `post` joins, and whether it leads it."""
+    with _forming_lock:
+        group = _forming.get(post.api_key.pk)
+        if group is None or len(group.posts) >= GROUP_MAX:
+            group = _forming[post.api_key.pk] = _Group(post.api_key.pk)
+        group.posts.append(post)
+        return group, len(group.posts) == 1
+
+
+def _close(group: _Group) -> None:
+    """No post joins `group` from now on."""
+    with _forming_lock:
+        if _forming.get(group.api_key_id) is group:
+            del _forming[group.api_key_id]
+
+
+def _store(group: _Group) -> None:
+    """The leader's part: store every post of `group`, in one transaction."""
+    stored: list[tuple[Receipt, bytes]] = []
+    try:
+        with transaction.atomic():
+            # Appends are serialised; so, therefore, are the idempotency look-ups and the
+            # inserts: concurrent requests with one key store exactly one receipt.
+            current = log.lock_for_append()
+            _close(group)
+            posts = group.posts
+            key = keyring.active_key()  # the key lock_for_append approved
+            tenant_id = posts[0].api_key.tenant_id
+            keyed = _stored_under(
+                tenant_id, {digest: p.idempotency_key for p in posts if p.idempotency_key
+                            for digest in p.hashes}
+            )  # fmt: skip
+            for post in posts:
+                existing = (
+                    keyed.get(post.idempotency_key) if post.idempotency_key is not None else None
+                )
+                if existing is not None:
+                    post.outcome = _answer_to_retry(
+                        existing, cast(str, post.idempotency_key), post.request_hash
+                    )
+                    continue
+                if post.made is None or _stale_key(post.early, key):
+                    # Not made yet (this process had not recorded its key), or signed by a key
+                    # found compromised or retired while the post waited for the lock: made
+                    # again, now, so that nothing is stored under a key the lock did not
+                    # approve.
+                    post.made = _new_receipt(
+                        post.api_key, post.producer, post.redactions, post.request_hash, key
+                    )
+                receipt = post.made[0]
+                stored.append(post.made)
+                if post.idempotency_key is not None:
+                    keyed[post.idempotency_key] = receipt  # a later post with it replays it
+                post.outcome = Ingested(receipt=receipt, replayed=False)
+            if not stored:
+                group.settle()
+                return
+            Receipt.objects.bulk_create([receipt for receipt, _ in stored])
+            logged = log.append_many(stored, current)  # and its signed checkpoint
+            for post in posts:
+                outcome = post.outcome
+                if isinstance(outcome, Ingested) and not outcome.replayed and post.before_commit:
+                    post.context.run(post.before_commit, [outcome])
+    except BaseException as error:
+        _close(group)
+        group.settle(error)
+        raise
+    metrics.count_stored(len(stored))  # once the outermost transaction commits
     log.remember(logged)  # committed: now it may be remembered outside the database
-    _log_entry_cached(receipt, logged.size - 1)
-    return Ingested(receipt=receipt, replayed=False)
+    first = logged.size - len(stored)
+    for offset, (receipt, _) in enumerate(stored):
+        _log_entry_cached(receipt, first + offset)
+    once_committed(group.settle)
+    if not group.settled:  # an outer transaction is still to commit (or roll back)
+        _awaiting_commit.__dict__.setdefault("groups", []).append(group)
+
+
+@receiver(request_finished)
+def _settle_uncommitted(**kwargs: Any) -> None:
+    """The groups this thread stored in a transaction that has ended, at the end of the
+    request: any not settled by their commit were rolled back with it."""
+    for group in _awaiting_commit.__dict__.pop("groups", []):
+        group.settle(OperationalError("the transaction storing this receipt rolled back"))
 
 
 def _new_receipt(
-    api_key: ApiKey, producer: dict[str, Any], redactions: list[dict[str, Any]],
-    request_hash: str, key: keyring.ActiveKey | None = None,
+    api_key: ApiKey,
+    producer: dict[str, Any],
+    redactions: list[dict[str, Any]],
+    request_hash: str,
+    key: keyring.ActiveKey | None = None,
 ) -> tuple[Receipt, bytes]:
     """The receipt of a prepared producer's part, signed (by `key`, default the active key)
     and not yet saved; and its bytes."""
