@@ -75,15 +75,17 @@ class PeakRss:
         self._read()
 
 
-def _log_size() -> int:
-    """The stored log's size, which every receipt stored grows by one."""
+def _log_counts() -> tuple[int, int]:
+    """The stored log's size, which every receipt stored grows by one; and how many signed
+    checkpoints are stored, which every storing transaction grows by one."""
     from django.db import connection
 
     from receiptsite.ledger import log
+    from receiptsite.receipts.models import SignedCheckpoint
 
-    size = log.head().size
+    size, signed = log.head().size, SignedCheckpoint.objects.count()
     connection.close()  # no connection of this process stays open beside the site's
-    return size
+    return size, signed
 
 
 @dataclass
@@ -100,10 +102,11 @@ class Load:
             per_request: int = 0) -> Measure:  # fmt: skip
         if self.warmup:
             self._wrk(server, script, env, self.warmup)
-        before = _log_size() if per_request else 0
+        before = _log_counts() if per_request else (0, 0)
         with PeakRss(server) as rss:
             result = self._wrk(server, script, env, self.duration)
-        stored = _log_size() - before if per_request else 0
+        after = _log_counts() if per_request else (0, 0)
+        stored, signed = after[0] - before[0], after[1] - before[1]
         measure = Measure(
             route=route,
             requests=result["requests"],
@@ -126,6 +129,10 @@ class Load:
             )
         few = "  (few requests: a longer --duration is firmer)" if measure.requests < 20 else ""
         print(f"  {format_row(measure, None)}{few}", flush=True)
+        if per_request and signed:
+            # Group commit (receipts/services.py): concurrent single posts share a checkpoint.
+            print(f"    {stored:,} receipts stored under {signed:,} signed checkpoints: "
+                  f"{stored / signed:.1f} per storing transaction", flush=True)  # fmt: skip
         return measure
 
     def _wrk(
