@@ -186,24 +186,6 @@ class ReceiptQuerySet(models.QuerySet["Receipt"]):
             return _one("r.public_id = %s", params)
         return _one("r.public_id = %s AND r.tenant_id = %s", [*params, tenant_id])
 
-    def by_idempotency_key(
-        self, tenant_id: int, key: str, withdrawn: Sequence[str] = ()
-    ) -> Receipt | None:
-        """The tenant's receipt stored under `key`, fetched as verifiable() fetches it; or,
-        given the hashes a withdrawal keeps of the key (`withdrawn`), the tenant's receipt
-        withdrawn under it, whose own key is erased (withdrawal/withdrawals.py). One statement
-        either way; the newest receipt if both match."""
-        if not withdrawn:
-            return _one("r.tenant_id = %s AND r.idempotency_key = %s", [tenant_id, key])
-        hashes = ", ".join(["%s"] * len(withdrawn))
-        return _one(
-            f"r.tenant_id = %s AND r.id IN (SELECT s.id FROM {Receipt._meta.db_table} AS s "
-            "WHERE s.tenant_id = %s AND s.idempotency_key = %s UNION ALL SELECT w.receipt_id "
-            f"FROM {Withdrawal._meta.db_table} AS w WHERE w.tenant_id = %s "
-            f"AND w.idempotency_key_hash IN ({hashes})) ORDER BY r.id DESC",
-            [tenant_id, tenant_id, key, tenant_id, *withdrawn],
-        )
-
 
 class IngestAnswer(TypedDict):
     id: str
