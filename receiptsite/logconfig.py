@@ -21,10 +21,11 @@ the process supervisor (systemd, a container runtime) collects them; no log file
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +51,8 @@ BEARER_RE = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+")
 SITE_REQUEST_ID_RE = re.compile(r"[0-9a-f]{32}")
 # Request headers and environ entries gunicorn hands its access log as atoms: never kept.
 _SECRET_ATOM_RE = re.compile(r"(?i)authorization|cookie|api[-_]?key")
+# An atom named in a %-style line format.
+_ATOM_RE = re.compile(r"%\(([^)]*)\)")
 
 
 def mask(text: str) -> str:
@@ -77,17 +80,24 @@ class MaskCapabilityURLs(logging.Filter):
             record.request = None
         rid = rid or request_id.get()
         args = record.args
-        if isinstance(args, MutableMapping):
-            # Gunicorn's access atoms: every request header and environ entry rides along.
-            if record.name == "gunicorn.access":
-                rid = args.get("{x-request-id}o") or rid
+        if isinstance(args, MutableMapping) and record.name == "gunicorn.access":
+            # Gunicorn's access atoms: every request header, response header and environ entry
+            # rides along (some 60 of them). Only the atoms the line's format names are kept,
+            # a secret one as "-": the rest (the Authorization header, cookies) are never
+            # printed, and go, so that nothing reading the record later (an error reporter's
+            # logging integration) finds them. The kept values are masked with the message.
+            rid = args.get("{x-request-id}o") or rid
+            record.access = _access_fields(args)
+            record.args = {
+                key: "-" if _SECRET_ATOM_RE.search(key) else _atom(args, key)
+                for key in _format_atoms(str(record.msg))
+            }
+        elif isinstance(args, MutableMapping):
             for key, value in args.items():
                 if _SECRET_ATOM_RE.search(str(key)):
                     args[key] = "-"  # what gunicorn prints for an atom it does not have
                 elif isinstance(value, str):
                     args[key] = mask(value)
-            if record.name == "gunicorn.access":
-                record.access = _access_fields(args)
         record.request_id = rid
         try:
             message = record.getMessage()
@@ -97,6 +107,20 @@ class MaskCapabilityURLs(logging.Filter):
         if masked != message:
             record.msg, record.args = masked, None
         return True
+
+
+@functools.lru_cache(maxsize=8)
+def _format_atoms(line_format: str) -> tuple[str, ...]:
+    """The atoms an access line's format names (`%(h)s`, `%({x-request-id}o)s`, ...)."""
+    return tuple(dict.fromkeys(_ATOM_RE.findall(line_format)))
+
+
+def _atom(atoms: Mapping[str, Any], key: str) -> Any:
+    # As gunicorn looks an atom up (glogging.SafeAtoms): headers and environ entries by their
+    # lower-case name, "-" for one it does not have.
+    if key in atoms:
+        return atoms[key]
+    return atoms.get(key.lower(), "-") if key.startswith("{") else "-"
 
 
 class JSONFormatter(logging.Formatter):

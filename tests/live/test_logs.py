@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from receiptsite import logconfig
 from tests.examples import EXAMPLE_BODY
 from tests.livesite import LiveSite, Response
 from tests.unit.test_logs import API_KEY, RECEIPT_ID, format_line
@@ -47,6 +48,28 @@ def test_an_access_line_drops_the_authorization_header_and_masks_every_atom() ->
     text = json.dumps(line)
     assert API_KEY not in text and API_KEY.split("_", 2)[2] not in text
     assert "Bearer" not in text and RECEIPT_ID[9:] not in text and "%2D" not in text
+
+
+def test_an_access_record_keeps_only_the_atoms_its_line_names() -> None:
+    # What something reading the record after the filter finds (an error reporter's logging
+    # integration reads record.args): the atoms the format names, a secret one as "-", and
+    # none of the others gunicorn hands over (every request header, environ entry, cookie).
+    atoms = {
+        "h": "127.0.0.1",
+        "r": "GET /healthz HTTP/1.1",
+        "{authorization}i": f"Bearer {API_KEY}",
+        "{cookie}i": "sessionid=0123456789abcdef",
+        "{http_authorization}e": f"Bearer {API_KEY}",
+        "{x-request-id}o": "abcdefabcdefabcdefabcdefabcdefab",
+    }
+    line_format = '%(h)s "%(r)s" %({Authorization}i)s %(b)s'
+    record = logging.LogRecord("gunicorn.access", logging.INFO, __file__, 1, line_format,
+                               (atoms,), None)  # fmt: skip
+    assert logconfig.MaskCapabilityURLs().filter(record)
+    assert record.args == {"h": "127.0.0.1", "r": "GET /healthz HTTP/1.1",
+                           "{Authorization}i": "-", "b": "-"}  # fmt: skip
+    assert record.getMessage() == '127.0.0.1 "GET /healthz HTTP/1.1" - -'
+    assert record.request_id == "abcdefabcdefabcdefabcdefabcdefab"  # type: ignore[attr-defined]
 
 
 # --- a whole session, live ------------------------------------------------------------------
