@@ -275,7 +275,7 @@ def main() -> int:
         total=sizes[-1],
         epoch=datetime.now(UTC).replace(microsecond=0) - timedelta(days=DAYS + 1),
     )
-    flags = server.gunicorn_flags(args.workers, args.threads)
+    flags = server.gunicorn_flags(args.workers, args.threads, args.connections)
     rng = random.Random(args.seed)  # one sequence for the fill's checks, the load and the plans
     load = Load(wrk, args.wrk_threads, args.connections, args.duration, args.warmup)
     if nginx is not None:  # every request's Host nginx's server_name

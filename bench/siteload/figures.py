@@ -29,6 +29,7 @@ class Measure:
     first_non2xx: str = ""
     socket_errors: int = 0
     rss_mib: float = 0.0  # the largest VmHWM of a worker
+    cpu_ms: float = 0.0  # the workers' CPU time (user + system) per answered request
     workers_seen: int = 0
     load: float = 0.0  # 1-minute load average after the run
 
@@ -45,8 +46,8 @@ class Measure:
 
 HEADER = (
     f"{'route':<24} {'req/s':>9} {'rcpt/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non2xx':>6} "
-    f"{'sockerr':>7} {'RSS MiB':>7} {'wk':>3} {'load':>5} | x raw: {'req/s':>6} {'p50':>6} "
-    f"{'p99':>6} {'RSS':>6}"
+    f"{'sockerr':>7} {'RSS MiB':>7} {'wk':>3} {'load':>5} {'cpu ms':>7} | x raw: {'req/s':>6} "
+    f"{'p50':>6} {'p99':>6} {'RSS':>6} {'cpu':>6}"
 )
 
 
@@ -54,11 +55,11 @@ def format_row(m: Measure, raw: Measure | None) -> str:
     receipts = f"{m.receipts_per_second:9,.0f}" if m.receipts_per_request else f"{'-':>9}"
     line = (
         f"{m.route:<24} {m.rps:9,.1f} {receipts} {m.p50_ms:8.2f} {m.p99_ms:8.2f} {m.non2xx:>6} "
-        f"{m.socket_errors:>7} {m.rss_mib:7.1f} {m.workers_seen:>3} {m.load:5.1f}"
+        f"{m.socket_errors:>7} {m.rss_mib:7.1f} {m.workers_seen:>3} {m.load:5.1f} {m.cpu_ms:7.2f}"
     )
     if raw is not None:
         ratios = ((m.rps, raw.rps), (m.p50_ms, raw.p50_ms), (m.p99_ms, raw.p99_ms),
-                  (m.rss_mib, raw.rss_mib))  # fmt: skip
+                  (m.rss_mib, raw.rss_mib), (m.cpu_ms, raw.cpu_ms))  # fmt: skip
         line += " |        " + " ".join(f"{_common.ratio(a, b):>6}" for a, b in ratios)
     return line
 

@@ -44,11 +44,13 @@ def find_wrk() -> str:
 
 
 class PeakRss:
-    """VmHWM of every worker of a server, read every 0.2 s while a measurement runs."""
+    """VmHWM of every worker of a server, read every 0.2 s while a measurement runs, and the
+    CPU time (user + system) the workers spent during it."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
         self.peaks: dict[int, int] = {}  # pid -> kB
+        self._cpu: dict[int, tuple[int, int]] = {}  # pid -> (clock ticks first seen, last seen)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -59,6 +61,17 @@ class PeakRss:
                     if line.startswith("VmHWM:"):
                         kb = int(line.split()[1])
                         self.peaks[pid] = max(self.peaks.get(pid, 0), kb)
+                # utime and stime, the 14th and 15th fields of /proc/<pid>/stat (after the
+                # command's parenthesis, which may hold spaces).
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                ticks = int(fields[11]) + int(fields[12])
+                self._cpu[pid] = (self._cpu.get(pid, (ticks, 0))[0], ticks)
+
+    @property
+    def cpu_seconds(self) -> float:
+        """The workers' CPU time between the first read and the last (a worker that started
+        during the run counts from when it was first seen)."""
+        return sum(last - first for first, last in self._cpu.values()) / _CLOCK_TICKS
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
@@ -73,6 +86,9 @@ class PeakRss:
         self._stop.set()
         self._thread.join()
         self._read()
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _log_counts() -> tuple[int, int]:
@@ -119,6 +135,7 @@ class Load:
             first_non2xx=result["first_non2xx"],
             socket_errors=sum(result[k] for k in ("connect", "read", "write", "timeout")),
             rss_mib=max(rss.peaks.values(), default=0) / 1024,
+            cpu_ms=rss.cpu_seconds * 1000 / result["requests"] if result["requests"] else 0.0,
             workers_seen=len(rss.peaks),
             load=os.getloadavg()[0],
         )

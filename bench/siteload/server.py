@@ -108,9 +108,20 @@ def set_up_site(env: dict[str, str]) -> Site:
     return Site(tenants=tenants, signing_key_id=keyring.active_key().row.pk, keys=keys)
 
 
-def gunicorn_flags(workers: int, threads: int) -> list[str]:
-    """What the run adds to gunicorn.conf.py, for the site and the baseline alike."""
-    return ["-k", "gthread", "-w", str(workers), "--threads", str(threads)]
+def gunicorn_flags(workers: int, threads: int, connections: int) -> list[str]:
+    """What the run adds to gunicorn.conf.py, for the site and the baseline alike.
+
+    `--worker-connections`: wrk opens all its connections at one instant and keeps them alive,
+    and a gthread worker accepts every connection the kernel hands it (up to 1,000). One worker
+    often took all 16 while the other idled (seen in /proc/net/tcp; benoitc/gunicorn#2817):
+    /healthz then served about 450 requests a second against 1,000 to 1,500 when they were
+    split, and the raw baseline 1,150 against 3,000 to 3,500, at random from run to run. So each
+    worker may hold only its share of wrk's connections (and at least 2 × threads), which
+    splits them evenly. This is the run's, not the site's: a proxy in front (deploy/nginx)
+    opens a connection per request, which any worker with a free thread accepts."""
+    per_worker = max(2 * threads, -(-connections // workers))
+    return ["-k", "gthread", "-w", str(workers), "--threads", str(threads),
+            "--worker-connections", str(per_worker)]  # fmt: skip
 
 
 def http(

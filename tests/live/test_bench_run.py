@@ -79,16 +79,17 @@ def run_benchmark(*extra: str) -> str:
 def check_rows(table: str, routes: list[str]) -> None:
     for route in routes:
         # route, req/s, receipts/s (or -), p50, p99, non-2xx, socket errors, RSS, workers, load,
-        # then the ratios of req/s, p50, p99 and RSS to the baseline.
+        # CPU per request, then the ratios of req/s, p50, p99, RSS and CPU to the baseline.
         row = re.search(
             rf"^{re.escape(route)}\s+({NUMBER})\s+({NUMBER}|-)\s+({NUMBER})\s+({NUMBER})\s+(\d+)"
-            rf"\s+(\d+)\s+({NUMBER})\s+(\d+)\s+({NUMBER}) \|(\s+x{NUMBER}){{4}}$",
+            rf"\s+(\d+)\s+({NUMBER})\s+(\d+)\s+({NUMBER})\s+({NUMBER}) \|(\s+x{NUMBER}){{5}}$",
             table,
             re.MULTILINE,
         )
         assert row, f"no row of figures for {route!r} in:\n{table}"
         assert row.group(5) == "0", f"{route}: answers outside 2xx under load"
         assert figure(row.group(7)) > 0, f"{route}: no worker's peak RSS was read"
+        assert figure(row.group(10)) > 0, f"{route}: no worker's CPU time was read"
         if route.startswith("ingest"):
             assert row.group(2) != "-", f"{route}: no receipts/s"
     assert figure(re.search(rf"^verify\s+({NUMBER})", table, re.MULTILINE)[1]) > 0  # type: ignore[index]
