@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.urls import reverse
 from django.utils import dateformat
 from django.utils.html import conditional_escape, format_html
@@ -300,6 +300,18 @@ def receipt_handoff(
 # --- the receipts this one links to, each with its own verdict --------------------------------
 
 
+def linked_rows(receipt: Receipt, ids: list[str]) -> QuerySet[Receipt]:
+    """The receipts of `receipt`'s tenant with these ids, as _linked reads them."""
+    leaf = LogNode.objects.filter(key=OuterRef("log_entry__index")).values("hash")[:1]
+    return (
+        Receipt.objects.for_verification()
+        .named(receipt.tenant_id, ids=ids)
+        .annotate(leaf=Subquery(leaf), was_withdrawn=Exists(
+            Withdrawal.objects.filter(receipt_id=OuterRef("pk"))
+        ))
+    )  # fmt: skip
+
+
 def _linked(
     receipt: Receipt, links: dict[str, Any], tree_size: int | None
 ) -> tuple[Any, list[dict[str, Any]]]:
@@ -313,17 +325,7 @@ def _linked(
     if not isinstance(parent_id, str | None) or not all(isinstance(i, str) for i in ids):
         return None, []  # a document changed behind the site's back: nothing to look up
     rowsecurity.reveal(ids)  # on a public page, the linked receipts are read by id too
-    leaf = LogNode.objects.filter(key=OuterRef("log_entry__index")).values("hash")[:1]
-    rows = (
-        Receipt.objects.for_verification()
-        .filter(tenant_id=receipt.tenant_id, public_id__in=ids)
-        .annotate(leaf=Subquery(leaf), was_withdrawn=Exists(
-            Withdrawal.objects.filter(receipt_id=OuterRef("pk"))
-        ))
-        if ids
-        else []
-    )
-    found = {str(row.public_id): row for row in rows}
+    found = {str(row.public_id): row for row in (linked_rows(receipt, ids) if ids else [])}
 
     def describe(receipt_id: str) -> dict[str, Any]:
         row = found.get(receipt_id)

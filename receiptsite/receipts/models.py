@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, TypedDict
 
 from django.conf import settings
 from django.db import connection, models
+from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
@@ -174,6 +175,20 @@ def _receipt_path(name: str, public_id: uuid.UUID | str) -> str:
 class ReceiptQuerySet(models.QuerySet["Receipt"]):
     def for_verification(self) -> ReceiptQuerySet:
         return self.select_related("tenant", "signing_key", "log_entry")
+
+    def named(
+        self, tenant_id: int, ids: Sequence[str] = (), keys: Sequence[str] = ()
+    ) -> ReceiptQuerySet:
+        """The receipts of the tenant `tenant_id` that one of these public ids or idempotency
+        keys names (a page's linked receipts, a post's links), each found by its own index: an
+        id by the public id's, a key by the tenant's keys' (tenant_id, idempotency_key). Beside
+        the ids the tenant is compared as `tenant_id + 0`, which no index serves: SQLite keeps
+        no statistics unless asked (ANALYZE), and without them it read `tenant_id = ? AND
+        public_id IN (...)` through the tenant's index, every receipt of the tenant (30 ms
+        against 0.2 ms at 20,000 receipts)."""
+        by_id = Q(public_id__in=ids, tenant_unindexed=tenant_id)
+        by_key = Q(tenant_id=tenant_id, idempotency_key__in=keys)
+        return self.alias(tenant_unindexed=F("tenant_id") + 0).filter(by_id | by_key)
 
     def verifiable(self, public_id: uuid.UUID, tenant_id: int | None = None) -> Receipt | None:
         """The receipt (of the tenant `tenant_id`, if given) with its tenant, signing key and

@@ -18,7 +18,7 @@ from typing import Any, cast
 from django.conf import settings
 from django.core.signals import request_finished
 from django.db import OperationalError, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -140,9 +140,7 @@ def _named(api_key: ApiKey, drafts: Sequence[Draft]) -> _Named:
     while wanted_ids or wanted_keys:
         chunk_ids, wanted_ids = wanted_ids[:_LOOKUP_CHUNK], wanted_ids[_LOOKUP_CHUNK:]
         chunk_keys, wanted_keys = wanted_keys[:_LOOKUP_CHUNK], wanted_keys[_LOOKUP_CHUNK:]
-        found = Receipt.objects.filter(tenant_id=api_key.tenant_id).filter(
-            Q(public_id__in=chunk_ids) | Q(idempotency_key__in=chunk_keys)
-        )
+        found = Receipt.objects.named(api_key.tenant_id, ids=chunk_ids, keys=chunk_keys)
         for public_id, key in found.values_list("public_id", "idempotency_key"):
             named.ids.add(str(public_id))
             if key is not None:

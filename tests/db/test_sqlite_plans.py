@@ -1,0 +1,52 @@
+"""How SQLite reads the receipts a list of ids or idempotency keys names (ReceiptQuerySet.named:
+a page's linked receipts, a post's links). SQLite keeps no statistics unless asked (ANALYZE),
+and without them it read `tenant_id = ? AND public_id IN (...)` through the tenant's index, every
+receipt of the tenant (30 ms against 0.2 ms at 20,000 receipts). The suite's database has no
+statistics either: each lookup must use its own index.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.models import QuerySet
+
+from receiptsite.pages.presentation import linked_rows
+from receiptsite.receipts.models import Receipt, Tenant
+from tests.conftest import Producer
+
+pytestmark = [
+    pytest.mark.db,
+    pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's own planner"),
+]
+
+
+def plan(queryset: QuerySet[Receipt]) -> list[str]:
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        return [str(row[3]) for row in cursor.fetchall()]
+
+
+def reads_of_receipts(steps: list[str]) -> list[str]:
+    return [step for step in steps if " receipts_receipt " in f" {step} "]
+
+
+def test_linked_receipts_and_links_are_read_by_their_ids_and_keys(
+    producer: Producer, tenant: Tenant
+) -> None:
+    ids = [producer.publish(idempotency_key=f"r-{n}")["id"] for n in range(12)]
+    parent = Receipt.objects.get(public_id=ids[0])
+    by_id = reads_of_receipts(plan(linked_rows(parent, ids[1:4])))
+    assert by_id and all("(public_id=?)" in step for step in by_id), by_id
+    both = reads_of_receipts(
+        plan(Receipt.objects.named(tenant.pk, ids=ids[1:3], keys=["r-4", "r-5"]))
+    )
+    assert any("(public_id=?)" in step for step in both), both
+    assert any("(tenant_id=? AND idempotency_key=?)" in step for step in both), both
+    assert not any("receipt_tenant_recorded" in step or "SCAN" in step for step in both), both
+    # And they find what they name, of this tenant only.
+    found = Receipt.objects.named(tenant.pk, ids=ids[1:3], keys=["r-4", "r-5"])
+    named = {str(public_id) for public_id in found.values_list("public_id", flat=True)}
+    assert named == {*ids[1:3], ids[4], ids[5]}
+    assert not Receipt.objects.named(tenant.pk + 1000, ids=ids[1:3], keys=["r-4"]).exists()
