@@ -396,11 +396,7 @@ def _store(group: _Group) -> None:
         _close(group)
         group.settle(error)
         raise
-    metrics.count_stored(len(stored))  # once the outermost transaction commits
-    log.remember(logged)  # committed: now it may be remembered outside the database
-    first = logged.size - len(stored)
-    for offset, (receipt, _) in enumerate(stored):
-        _log_entry_cached(receipt, first + offset)
+    _after_storing(stored, logged)
     once_committed(group.settle)
     if not group.settled:  # an outer transaction is still to commit (or roll back)
         _awaiting_commit.__dict__.setdefault("groups", []).append(group)
@@ -452,10 +448,16 @@ def _new_receipt(
     return receipt, data
 
 
-def _log_entry_cached(receipt: Receipt, index: int) -> None:
-    # Fill the reverse one-to-one cache so answers need no further query.
-    receipt.log_entry = LogEntry(index=index, receipt=receipt)
-    receipt.__dict__["log_index"] = index
+def _after_storing(stored: Sequence[tuple[Receipt, bytes]], logged: log.Head) -> None:
+    """What follows a storing transaction (a group's or a batch's): the count (made once the
+    outermost transaction commits), the tree remembered outside the database (now committed),
+    and each receipt's log entry filled in, so that its answer needs no further query."""
+    metrics.count_stored(len(stored))
+    log.remember(logged)
+    first = logged.size - len(stored)
+    for offset, (receipt, _) in enumerate(stored):
+        receipt.log_entry = LogEntry(index=first + offset, receipt=receipt)
+        receipt.__dict__["log_index"] = first + offset
 
 
 def _stored_under(tenant_id: int, hashes: dict[str, str]) -> dict[str, Receipt]:
@@ -538,11 +540,7 @@ def receipts_ingest(
         logged = log.append_many(batch.stored, current)
         if before_commit is not None:
             before_commit([outcome for outcome in results if isinstance(outcome, Ingested)])
-    metrics.count_stored(len(batch.stored))  # once the outermost transaction commits
-    log.remember(logged)
-    first = logged.size - len(batch.stored)
-    for offset, (receipt, _) in enumerate(batch.stored):
-        _log_entry_cached(receipt, first + offset)
+    _after_storing(batch.stored, logged)
     return results
 
 
