@@ -6,6 +6,9 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from receiptsite_client import redaction
 from receiptsite_client.redaction import find_secrets, redact_text, truncate
 
 from receiptsite.evidence.redaction import redact
@@ -36,129 +39,130 @@ def base(**fields: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize(
-    ("text", "expected", "removed"),
-    [
-        pytest.param(
-            "Authorization: Bearer abc123def456",
-            "Authorization: Bearer [REDACTED]",
-            [12],
-            id="bearer token keeps the word",
-        ),
-        pytest.param("bearer 9f8e7d", "bearer [REDACTED]", [6], id="bearer in lower case"),
-        pytest.param(f"Bearer {JWT}.", "Bearer [REDACTED].", [len(JWT)], id="bearer jwt"),
-        pytest.param(
-            "key sk-proj-Ab3dEf6hIj9kLmNoPq12 used",
-            "key [REDACTED] used",
-            [len("sk-proj-Ab3dEf6hIj9kLmNoPq12")],
-            id="sk-proj key",
-        ),
-        pytest.param(
-            "OPENAI_API_KEY=sk-abcdefghij1234567890",
-            "OPENAI_API_KEY=[REDACTED]",
-            [len("sk-abcdefghij1234567890")],
-            id="sk key after a name",
-        ),
-        pytest.param(
-            "stripe sk_live_51H8abcDEF0123456789xyz",
-            "stripe [REDACTED]",
-            [len("sk_live_51H8abcDEF0123456789xyz")],
-            id="sk_live key",
-        ),
-        pytest.param(
-            "restricted rk_live_0123456789abcdef", "restricted [REDACTED]", [24], id="rk_ key"
-        ),
-        pytest.param("id AKIAIOSFODNN7EXAMPLE.", "id [REDACTED].", [20], id="AWS AKIA key id"),
-        pytest.param("ASIAY34FZKBOKMUTVV7A", "[REDACTED]", [20], id="AWS ASIA key id"),
-        pytest.param(
-            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-            "aws_secret_access_key = [REDACTED]",
-            [40],
-            id="AWS secret named as one",
-        ),
-        pytest.param(f"key:\n{PEM}\nend", "key:\n[REDACTED]\nend", [len(PEM)], id="PEM block"),
-        pytest.param(
-            '{"pem": "-----BEGIN PRIVATE KEY-----\\nMIIE+/a=\\n-----END PRIVATE KEY-----"}',
-            '{"pem": "[REDACTED]"}',
-            [len("-----BEGIN PRIVATE KEY-----\\nMIIE+/a=\\n-----END PRIVATE KEY-----")],
-            id="PEM block inside escaped JSON",
-        ),
-        pytest.param(
-            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk=; cut off",
-            "[REDACTED]; cut off",
-            [len("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk=")],
-            id="unterminated PEM block",
-        ),
-        pytest.param(
-            "db postgres://admin:hunter2@db.internal:5432/app",
-            "db postgres://admin:[REDACTED]@db.internal:5432/app",
-            [7],
-            id="password in a URL",
-        ),
-        pytest.param(
-            "redis://:s3cr:et@cache:6379", "redis://:[REDACTED]@cache:6379", [7], id="no user"
-        ),
-        pytest.param(f"token {JWT} end", "token [REDACTED] end", [len(JWT)], id="JWT"),
-        pytest.param(
-            "gh ghp_1234567890abcdefghijABCDEFGHIJ123456",
-            "gh [REDACTED]",
-            [40],
-            id="GitHub token",
-        ),
-        pytest.param(
-            "github_pat_11ABCDEFG0123456789_abcdefghij",
-            "[REDACTED]",
-            [len("github_pat_11ABCDEFG0123456789_abcdefghij")],
-            id="GitHub fine-grained token",
-        ),
-        pytest.param(
-            "slack xoxb-123456789012-abcdefGHIJ",
-            "slack [REDACTED]",
-            [len("xoxb-123456789012-abcdefGHIJ")],
-            id="Slack token",
-        ),
-        pytest.param(
-            "AIzaSyA1234567890abcdefghijklmnopqrstuv",
-            "[REDACTED]",
-            [39],
-            id="Google API key",
-        ),
-        pytest.param("password=hunter22&x=1", "password=[REDACTED]&x=1", [8], id="password="),
-        pytest.param(
-            'Authorization: Basic dXNlcjpwYXNz"',
-            'Authorization: Basic [REDACTED]"',
-            [12],
-            id="basic credentials",
-        ),
-        pytest.param(
-            "a AKIAIOSFODNN7EXAMPLE then Bearer tok_12345678 and sk-abc1234567890",
-            "a [REDACTED] then Bearer [REDACTED] and [REDACTED]",
-            [20, 12, 16],
-            id="several secrets in position order",
-        ),
-        pytest.param(
-            "Bearer sk-abcdef1234567890", "Bearer [REDACTED]", [19], id="overlapping finds once"
-        ),
-        pytest.param(
-            "https://u:sk-abcdef1234567890@host",
-            "https://u:[REDACTED]@host",
-            [19],
-            id="key used as a URL password once",
-        ),
-        pytest.param(
-            "\U0001f600\U0001f600 Bearer abc123",
-            "\U0001f600\U0001f600 Bearer [REDACTED]",
-            [6],
-            id="positions after astral characters",
-        ),
-        pytest.param(
-            "https://u:p\u00e4ss\U0001f600w0rd@h",
-            "https://u:[REDACTED]@h",
-            [9],
-            id="lengths in code points",
-        ),
-    ],
-)
+# Texts with secrets in them, as redacted, and the length of each secret removed.
+REPLACED = [
+    pytest.param(
+        "Authorization: Bearer abc123def456",
+        "Authorization: Bearer [REDACTED]",
+        [12],
+        id="bearer token keeps the word",
+    ),
+    pytest.param("bearer 9f8e7d", "bearer [REDACTED]", [6], id="bearer in lower case"),
+    pytest.param(f"Bearer {JWT}.", "Bearer [REDACTED].", [len(JWT)], id="bearer jwt"),
+    pytest.param(
+        "key sk-proj-Ab3dEf6hIj9kLmNoPq12 used",
+        "key [REDACTED] used",
+        [len("sk-proj-Ab3dEf6hIj9kLmNoPq12")],
+        id="sk-proj key",
+    ),
+    pytest.param(
+        "OPENAI_API_KEY=sk-abcdefghij1234567890",
+        "OPENAI_API_KEY=[REDACTED]",
+        [len("sk-abcdefghij1234567890")],
+        id="sk key after a name",
+    ),
+    pytest.param(
+        "stripe sk_live_51H8abcDEF0123456789xyz",
+        "stripe [REDACTED]",
+        [len("sk_live_51H8abcDEF0123456789xyz")],
+        id="sk_live key",
+    ),
+    pytest.param(
+        "restricted rk_live_0123456789abcdef", "restricted [REDACTED]", [24], id="rk_ key"
+    ),
+    pytest.param("id AKIAIOSFODNN7EXAMPLE.", "id [REDACTED].", [20], id="AWS AKIA key id"),
+    pytest.param("ASIAY34FZKBOKMUTVV7A", "[REDACTED]", [20], id="AWS ASIA key id"),
+    pytest.param(
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "aws_secret_access_key = [REDACTED]",
+        [40],
+        id="AWS secret named as one",
+    ),
+    pytest.param(f"key:\n{PEM}\nend", "key:\n[REDACTED]\nend", [len(PEM)], id="PEM block"),
+    pytest.param(
+        '{"pem": "-----BEGIN PRIVATE KEY-----\\nMIIE+/a=\\n-----END PRIVATE KEY-----"}',
+        '{"pem": "[REDACTED]"}',
+        [len("-----BEGIN PRIVATE KEY-----\\nMIIE+/a=\\n-----END PRIVATE KEY-----")],
+        id="PEM block inside escaped JSON",
+    ),
+    pytest.param(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk=; cut off",
+        "[REDACTED]; cut off",
+        [len("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk=")],
+        id="unterminated PEM block",
+    ),
+    pytest.param(
+        "db postgres://admin:hunter2@db.internal:5432/app",
+        "db postgres://admin:[REDACTED]@db.internal:5432/app",
+        [7],
+        id="password in a URL",
+    ),
+    pytest.param(
+        "redis://:s3cr:et@cache:6379", "redis://:[REDACTED]@cache:6379", [7], id="no user"
+    ),
+    pytest.param(f"token {JWT} end", "token [REDACTED] end", [len(JWT)], id="JWT"),
+    pytest.param(
+        "gh ghp_1234567890abcdefghijABCDEFGHIJ123456",
+        "gh [REDACTED]",
+        [40],
+        id="GitHub token",
+    ),
+    pytest.param(
+        "github_pat_11ABCDEFG0123456789_abcdefghij",
+        "[REDACTED]",
+        [len("github_pat_11ABCDEFG0123456789_abcdefghij")],
+        id="GitHub fine-grained token",
+    ),
+    pytest.param(
+        "slack xoxb-123456789012-abcdefGHIJ",
+        "slack [REDACTED]",
+        [len("xoxb-123456789012-abcdefGHIJ")],
+        id="Slack token",
+    ),
+    pytest.param(
+        "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+        "[REDACTED]",
+        [39],
+        id="Google API key",
+    ),
+    pytest.param("password=hunter22&x=1", "password=[REDACTED]&x=1", [8], id="password="),
+    pytest.param(
+        'Authorization: Basic dXNlcjpwYXNz"',
+        'Authorization: Basic [REDACTED]"',
+        [12],
+        id="basic credentials",
+    ),
+    pytest.param(
+        "a AKIAIOSFODNN7EXAMPLE then Bearer tok_12345678 and sk-abc1234567890",
+        "a [REDACTED] then Bearer [REDACTED] and [REDACTED]",
+        [20, 12, 16],
+        id="several secrets in position order",
+    ),
+    pytest.param(
+        "Bearer sk-abcdef1234567890", "Bearer [REDACTED]", [19], id="overlapping finds once"
+    ),
+    pytest.param(
+        "https://u:sk-abcdef1234567890@host",
+        "https://u:[REDACTED]@host",
+        [19],
+        id="key used as a URL password once",
+    ),
+    pytest.param(
+        "\U0001f600\U0001f600 Bearer abc123",
+        "\U0001f600\U0001f600 Bearer [REDACTED]",
+        [6],
+        id="positions after astral characters",
+    ),
+    pytest.param(
+        "https://u:p\u00e4ss\U0001f600w0rd@h",
+        "https://u:[REDACTED]@h",
+        [9],
+        id="lengths in code points",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected", "removed"), REPLACED)
 def test_it_replaces_each_secret_and_counts_its_code_points(
     text: str, expected: str, removed: list[int]
 ) -> None:
@@ -400,3 +404,26 @@ def test_a_token_split_across_a_line_break_is_still_redacted(text: str) -> None:
 
 def test_a_line_break_after_the_word_bearer_in_prose_is_left_alone() -> None:
     assert redact_text("the bearer\nof bad news")[0] == "the bearer\nof bad news"
+
+
+# Pieces of the texts above (the secrets, the words before them, their parts) and of ordinary
+# text, to be strung together in any order.
+_TEXTS = [str(case.values[0]) for case in REPLACED]
+_PIECES = sorted({
+    piece for text in _TEXTS for piece in (text, *text.split(), *text.split(":"))
+} | {" ", "\n", ":", "=", "@", ".", "-", "_", "word", "1234567890abcdef"})
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=8))
+def test_a_text_is_scanned_by_every_rule_whenever_one_could_match(pieces: list[str]) -> None:
+    # find_secrets looks for the rules' triggers first and scans no further without one: each
+    # rule's trigger is in every text the rule matches, so the answer is the full scan's.
+    text = "".join(pieces)
+    assert find_secrets(text) == redaction._scan(text)
+
+
+@pytest.mark.parametrize(("text", "expected", "removed"), REPLACED)
+def test_every_secret_holds_a_trigger(text: str, expected: str, removed: list[int]) -> None:
+    assert redaction._TRIGGERS.search(text), text
+    assert find_secrets(text) == redaction._scan(text) != []
