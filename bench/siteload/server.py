@@ -117,8 +117,9 @@ def gunicorn_flags(workers: int, threads: int, connections: int) -> list[str]:
     /healthz then served about 450 requests a second against 1,000 to 1,500 when they were
     split, and the raw baseline 1,150 against 3,000 to 3,500, at random from run to run. So each
     worker may hold only its share of wrk's connections (and at least 2 × threads), which
-    splits them evenly. This is the run's, not the site's: a proxy in front (deploy/nginx)
-    opens a connection per request, which any worker with a free thread accepts."""
+    splits them evenly. This is the run's, not the site's (bench/README.md says why): a proxy
+    in front (deploy/nginx) opens a connection per request, so that no worker keeps
+    connections it has no thread for."""
     per_worker = max(2 * threads, -(-connections // workers))
     return ["-k", "gthread", "-w", str(workers), "--threads", str(threads),
             "--worker-connections", str(per_worker)]  # fmt: skip
