@@ -64,6 +64,14 @@ PREVIOUS_SIGNING_KEY = (
 )
 
 DATABASE_TIMEOUT = envint("DATABASE_TIMEOUT", 5)
+# DATABASE_PREPARED_STATEMENTS (PostgreSQL): parameters bound on the server, and a statement a
+# connection runs more than five times prepared, so that the server plans it once per
+# connection rather than on every run. The site's reads are a few small statements, and
+# planning them was most of the server's work (the readiness query: 0.21 ms to plan, 0.07 ms
+# to run). Through gunicorn, /healthz, verify and the page served 25 to 40 % more requests a
+# second with it. `false` behind a pooler that hands a connection to another client between
+# transactions and cannot keep prepared statements (PgBouncer's transaction mode before 1.21).
+DATABASE_PREPARED_STATEMENTS = envbool("DATABASE_PREPARED_STATEMENTS", True)
 
 
 def database(url: str) -> dict[str, object]:
@@ -103,6 +111,11 @@ def database(url: str) -> dict[str, object]:
                 "keepalives_interval": 1,
                 "keepalives_count": 2,
                 "tcp_user_timeout": DATABASE_TIMEOUT * 1000,
+                **(
+                    {"server_side_binding": True, "prepare_threshold": 5}
+                    if DATABASE_PREPARED_STATEMENTS
+                    else {}
+                ),
             },
             TEST={"NAME": env("TEST_DATABASE_NAME") or None},
         )

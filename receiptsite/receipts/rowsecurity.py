@@ -303,7 +303,7 @@ def reveal(receipt_ids: Iterable[str]) -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT set_config(%s, concat_ws(',', {guards_v1.setting(PUBLIC)}, %s), false)",
+            f"SELECT set_config(%s, concat_ws(',', {guards_v1.setting(PUBLIC)}, %s::text), false)",
             [PUBLIC, ",".join(ids)],
         )
 

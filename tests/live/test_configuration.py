@@ -89,6 +89,7 @@ BAD = [
     ("DATABASE_URL", "receipts.sqlite3", "must be sqlite:///"),
     ("DATABASE_TIMEOUT", "soon", "whole number"),
     ("DATABASE_TIMEOUT", "0", "at least 1"),
+    ("DATABASE_PREPARED_STATEMENTS", "sometimes", "must be true or false, not 'sometimes'"),
     ("DEBUG", "maybe", "true or false"),
     ("SITE_URL", "ftp://receipts.example.org", "absolute http(s) URL"),
     ("TEXT_LIMIT", "lots", "whole number"),
