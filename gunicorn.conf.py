@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -117,6 +118,17 @@ keepalive = 5
 # a second, recycling every 2,000 took a fifth of the site's CPU.
 max_requests = 50000
 max_requests_jitter = 5000
+
+
+def post_worker_init(worker: Any) -> None:
+    """Once a worker has loaded the site: everything loaded so far (Django, the site, their
+    modules, about 100,000 objects) is moved out of the garbage collector's reach
+    (gc.freeze). A full collection then looks only at what was made since, instead of pausing
+    every thread of the worker for tens of milliseconds each time (seen: 70 ms pauses, one
+    every 500 pages), which lands in the tail of whatever requests the worker holds."""
+    gc.freeze()
+
+
 # The heartbeat file of each worker: in memory when available, since a slow or full disk must
 # not make the master think its workers hang.
 if os.path.isdir("/dev/shm"):

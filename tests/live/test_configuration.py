@@ -237,7 +237,25 @@ def test_log_level_info_serves_under_gunicorn_with_one_logging_configuration() -
     assert ("WARNING", "django.request", f"Not Found: /run/{missing[:8]}-\u2026") in said, stderr
 
 
-# --- the parsers themselves ------------------------------------------------------------------
+# --- what gunicorn.conf.py does in a worker --------------------------------------------------
 
 
-
+def test_a_worker_that_has_loaded_the_site_freezes_what_it_loaded(folder: Path) -> None:
+    # gunicorn.conf.py's post_worker_init: what a worker loaded is out of the garbage
+    # collector's reach, so that no full collection pauses the worker to look at it again.
+    script = (
+        "import gc, runpy\n"
+        "conf = runpy.run_path('gunicorn.conf.py')\n"
+        "import receiptsite.wsgi\n"  # what the worker loads before the hook
+        "before = gc.get_freeze_count()\n"
+        "conf['post_worker_init'](None)\n"
+        "print(before, gc.get_freeze_count(), len(gc.get_objects()))\n"
+    )
+    done = subprocess.run(
+        [str(PYTHON), "-c", script], cwd=REPO, env=environment(folder),
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    before, frozen, left = (int(n) for n in done.stdout.split())
+    assert frozen > 50_000 > 100 * before, (before, frozen)  # Django and the site
+    assert left < frozen / 10, (left, frozen)
