@@ -84,7 +84,10 @@ def database(url: str) -> dict[str, object]:
     if entry.get("ENGINE") == "django.db.backends.sqlite3":
         # One connection per thread, kept: opening one (the file, its WAL index, the PRAGMAs)
         # cost a quarter of a small request's time.
-        entry.update(CONN_MAX_AGE=600, CONN_HEALTH_CHECKS=True)
+        # Django's backend, whose writers in a process queue on a lock that wakes the next
+        # one when a write ends, not on SQLite's sleeping busy handler
+        # (receiptsite/lib/sqlite/base.py).
+        entry.update(ENGINE="receiptsite.lib.sqlite", CONN_MAX_AGE=600, CONN_HEALTH_CHECKS=True)
         entry["OPTIONS"] = {
             # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy
             # timeout instead of failing with "database is locked" on lock upgrade.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 _dir = Path(tempfile.mkdtemp(prefix="receiptsite-test-"))
 _key = _dir / "signing-key.pem"
@@ -33,3 +34,10 @@ STATIC_ROOT = _dir / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True  # serve static files from their sources, no collectstatic
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# pytest-django gives each xdist worker a database of its own by suffixing its test NAME,
+# and leaves an unnamed SQLite test database in memory only for the ENGINE named
+# "django.db.backends.sqlite3"; the site's SQLite backend (receiptsite.lib.sqlite) is that
+# backend, so its test database is named to be in memory too.
+_default: dict[str, Any] = DATABASES["default"]  # noqa: F405
+if _default["ENGINE"] == "receiptsite.lib.sqlite":
+    _default["TEST"] = {**_default.get("TEST", {}), "NAME": ":memory:"}
