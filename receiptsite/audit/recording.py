@@ -15,8 +15,9 @@ short statement:
   single write lock (BEGIN IMMEDIATE) while the body is parsed, validated and redacted, and
   so serialise every producer's whole request. An answer that stored nothing (a replay, a
   refusal) has its entry written after the view, as a read's is.
-- a read (GET, HEAD): after the view, one INSERT in autocommit (on SQLite a transaction would
-  take the write lock at BEGIN for the whole view).
+- a read (GET, HEAD): after the view, one INSERT in a transaction of its own (on SQLite a
+  transaction around the view would take the write lock at BEGIN for the whole view; around
+  the INSERT alone it queues the entry on the writer lock, receiptsite/lib/sqlite/base.py).
 
 Either way the entry is one INSERT and no SELECT. When the request already runs inside a
 transaction (one per tenant request, on PostgreSQL), everything above happens inside it, the
@@ -183,7 +184,12 @@ def audited(
                 _write(request, at, started, 500, f"{settings.SITE_URL}/problems/server-error",
                        [])
         raise
-    _record(request, at, started, response)
+    # A transaction of its own, even for one INSERT: on SQLite, BEGIN IMMEDIATE queues the
+    # entry on the process's writer lock (receiptsite/lib/sqlite/base.py), where autocommit
+    # would queue it on SQLite's sleeping busy handler. Within the request's transaction
+    # (PostgreSQL), nothing more than the INSERT.
+    with transaction.atomic(savepoint=False):
+        _record(request, at, started, response)
     return response
 
 
