@@ -10,6 +10,7 @@ memory, where the locks are not taken), through the site's own backend:
   SQLite: with SQLite's own busy timeout set to 0 it still succeeds, after the first commits
   (with SQLite's busy handler alone it fails at once with "database is locked");
 - the lock is freed by a rollback and by a connection closed in its transaction;
+- a child forked while the lock is held closes its copy of the lock file;
 - a writer that waits past the `timeout` gets "database is locked", as SQLite would answer,
   and writes nothing; the file's lock its process got after all is freed, so that another
   process still writes.
@@ -20,9 +21,11 @@ site's. The module is skipped on PostgreSQL, where the backend is not used.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import textwrap
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,3 +254,29 @@ def test_a_writer_that_waited_too_long_for_another_process_leaves_no_lock(writer
         assert written() == ["holder", "third"]
     finally:
         holder.kill()
+
+
+def test_a_forked_child_does_not_keep_the_parents_lock_file(writers: Path) -> None:
+    """A child forked while this process holds the file's lock closes its copy of the file
+    (os.register_at_fork): were the parent to die, the lock would not outlive it in the child."""
+    with transaction.atomic(using=ALIAS):
+        write("parent")
+        fd = base._writer(str(writers)).fd
+        assert fd >= 0
+        read, sent = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads running
+            child = os.fork()
+        if child == 0:  # the child: only async-signal-safe calls, then out
+            try:
+                os.fstat(fd)
+                os.write(sent, b"open")
+            except OSError:
+                os.write(sent, b"closed")
+            os._exit(0)
+        os.close(sent)
+        answer = os.read(read, 16)
+        os.close(read)
+        os.waitpid(child, 0)
+    assert answer == b"closed"
+    assert written() == ["parent"]

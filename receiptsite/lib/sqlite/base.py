@@ -127,8 +127,13 @@ def _writer(name: str) -> _Writer:
 
 
 def _forget_writers() -> None:
-    """A forked child has neither the parent's waiting threads nor its locks' state."""
+    """A forked child has neither the parent's waiting threads nor its locks' state. Its copies
+    of the parent's files are closed: a lock the parent holds stays the parent's to free, and
+    is not kept held by the child after the parent is gone."""
     global _writers_lock
+    for writer in _writers.values():
+        if writer.fd >= 0:
+            os.close(writer.fd)
     _writers.clear()
     _writers_lock = threading.Lock()
 
