@@ -618,6 +618,7 @@ def page_context(
     tenant = doc.get("tenant") if isinstance(doc.get("tenant"), dict) else {}
     keys_url = settings.SITE_URL + reverse("receipt-keys")
     x = b64url(bytes(shown_key.public_key))
+    groups = assurance_groups(verification, str(tenant.get("name", "")))
     return {
         **reading,
         "receipt": receipt,
@@ -641,8 +642,16 @@ def page_context(
                   for c in checks),
         ),
         "failed_checks": [c for c in checks if c["result"] == "fail"],
-        # Who vouches for each claim (ledger/assurance.py), in words.
-        "assurance": assurance_groups(verification, str(tenant.get("name", ""))),
+        # Who vouches for each claim (ledger/assurance.py), in words; and, as the fragment's
+        # key, every word and result the list shows (most receipts share one).
+        "assurance": groups,
+        "assurance_key": (
+            language,
+            tuple((g["basis"], str(g["label"]), str(g["sentence"]),
+                   tuple((c["claim"], c["result"], str(c["label"]), str(c["note"] or ""))
+                         for c in g["claims"]))
+                  for g in groups),
+        ),
         # Who witnessed the log and when, or that nobody has yet (templates/_witnessed.html).
         "witness": witness_summary(verification),
         # The signature fails only because its key was compromised: the page says so.

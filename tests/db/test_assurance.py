@@ -4,6 +4,7 @@ or not recorded; whose word a claim is comes from the receipt/v1 declaration."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from django.test import Client
 
 from receiptsite.evidence.declaration import DOCUMENT, SITE_FIELDS
 from receiptsite.ledger import assurance
+from receiptsite.pages.templatetags import receipt_fragments
 from tests.conftest import Producer, tamper
 
 pytestmark = pytest.mark.db
@@ -112,3 +114,38 @@ def test_the_page_says_the_same_as_the_json(producer: Producer, client: Client) 
         start = html.index(f'data-claim="{claim}"')
         group = html.rindex("<li class=", 0, start)
         assert f'data-basis="{item["basis"]}"' in html[group:start]
+
+
+def test_the_pages_list_is_rendered_once_for_the_receipts_that_share_it(
+    producer: Producer, other_producer: Producer, client: Client, monkeypatch: Any
+) -> None:
+    """The list is a fragment kept per distinct words and results (assurance_key): receipts
+    whose list reads the same share one rendering, and one whose list differs (another
+    publisher's name, a check that failed) is shown its own."""
+
+    def kept() -> int:
+        return sum(1 for key in receipt_fragments._rendered if key[0] == "assurance")
+
+    def assurance_list(receipt_id: str) -> str:
+        html = client.get(f"/run/{receipt_id}").content.decode()
+        start = html.index('<ul class="assurance">')
+        return html[start : html.index("</ul>", start)]
+
+    monkeypatch.setattr(receipt_fragments, "_rendered", OrderedDict())  # none kept yet
+    first, second = producer.publish(), producer.publish()
+    before = kept()
+    shown = assurance_list(first["id"])
+    assert kept() == before + 1
+    assert assurance_list(second["id"]) == shown
+    assert kept() == before + 1  # the same words: the first one's rendering
+
+    other = assurance_list(other_producer.publish()["id"])
+    assert "Globex reported these." in other and "Globex" not in shown
+    assert kept() == before + 2
+
+    tampered = producer.publish()
+    tamper(tampered["id"], canonical_bytes=b"{}")
+    failed = assurance_list(tampered["id"])
+    assert 'data-claim="bytes_unchanged" data-result="fail"' in failed
+    assert 'data-claim="bytes_unchanged" data-result="pass"' in shown
+    assert kept() == before + 3

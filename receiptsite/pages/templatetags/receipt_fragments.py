@@ -10,7 +10,8 @@ read now) or anything of the request. Without a `fragment_key` the part is just 
 
 A part that depends on something else names its own key, a context variable holding exactly
 what the part shows (the verification panel's `checks_key`: the language, the status and each
-check's name, result and, unless it passed, its detail).
+check's name, result and, unless it passed, its detail; `assurance_key`: the language and
+every word and result of "Who vouches for what").
 """
 
 from __future__ import annotations
