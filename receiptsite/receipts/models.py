@@ -201,6 +201,31 @@ class ReceiptQuerySet(models.QuerySet["Receipt"]):
             return _one("r.public_id = %s", params)
         return _one("r.public_id = %s AND r.tenant_id = %s", [*params, tenant_id])
 
+    def stored_under(
+        self, tenant_id: int, keys: Sequence[str], hashes: Sequence[str]
+    ) -> list[tuple[Receipt, str | None]]:
+        """The tenant's receipts stored under one of these idempotency keys, or withdrawn
+        under one (found by the hash their withdrawal keeps of it: these `hashes`), in the
+        order they were stored, each with its log index and the hash its withdrawal keeps
+        (None if it is not withdrawn). One hand-written query: ingest runs it under the
+        log's lock, where the ORM's compilation of it (a union of two subqueries, a join and
+        an annotation) took 2.2 ms against well under a millisecond to run it."""
+        if not keys:
+            return []
+        sql = _stored_under_sql(connection.vendor).format(
+            keys=", ".join(["%s"] * len(keys)), hashes=", ".join(["%s"] * len(hashes)) or "NULL"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [tenant_id, tenant_id, *keys, tenant_id, *hashes])
+            rows = cursor.fetchall()
+        receipts = len(_fields(Receipt))
+        found = []
+        for row in rows:
+            receipt: Receipt = _build(Receipt, row[:receipts])
+            receipt.__dict__["log_index"] = row[receipts]  # None: no place in the log yet
+            found.append((receipt, row[receipts + 1]))
+        return found
+
 
 class IngestAnswer(TypedDict):
     id: str
@@ -352,6 +377,31 @@ def _select_sql(vendor: str) -> str:
         f"JOIN {Tenant._meta.db_table} AS t ON t.id = r.tenant_id "
         f"JOIN {SigningKey._meta.db_table} AS k ON k.id = r.signing_key_id "
         f"LEFT JOIN {LogEntry._meta.db_table} AS e ON e.receipt_id = r.id"
+    )
+
+
+@functools.cache
+def _stored_under_sql(vendor: str) -> str:
+    """ReceiptQuerySet.stored_under's statement, derived from the models once per process;
+    `{keys}` and `{hashes}` stand for the placeholders of the two lists."""
+    quote = connection.ops.quote_name
+    withdrawal = Withdrawal._meta
+    of = withdrawal.db_table
+    by_receipt = quote(str(withdrawal.get_field("receipt").column))
+    by_tenant = quote(str(withdrawal.get_field("tenant").column))
+    kept = quote(str(withdrawal.get_field("idempotency_key_hash").column))
+    key = quote(str(Receipt._meta.get_field("idempotency_key").column))
+    receipts = Receipt._meta.db_table
+    selected = [f"r.{quote(str(field.column))}" for field in _fields(Receipt)]
+    return (
+        f"SELECT {', '.join(selected)}, e.{quote('index')}, w.{kept} "
+        f"FROM {receipts} AS r "
+        f"LEFT JOIN {LogEntry._meta.db_table} AS e ON e.receipt_id = r.id "
+        f"LEFT JOIN {of} AS w ON w.{by_receipt} = r.id "
+        f"WHERE r.tenant_id = %s AND r.id IN ("
+        f"SELECT id FROM {receipts} WHERE tenant_id = %s AND {key} IN ({{keys}}) "
+        f"UNION ALL SELECT {by_receipt} FROM {of} WHERE {by_tenant} = %s AND {kept} IN ({{hashes}})"
+        f") ORDER BY r.id"
     )
 
 

@@ -18,7 +18,6 @@ from typing import Any, cast
 from django.conf import settings
 from django.core.signals import request_finished
 from django.db import OperationalError, transaction
-from django.db.models import F
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -40,7 +39,6 @@ from receiptsite.receipts.models import (
     ApiKey,
     LogEntry,
     Receipt,
-    Withdrawal,
     format_timestamp,
 )
 from receiptsite.withdrawal import withdrawals as withdrawal
@@ -464,22 +462,10 @@ def _stored_under(tenant_id: int, hashes: dict[str, str]) -> dict[str, Receipt]:
     """The tenant's receipts (with their log entries) stored under the keys `hashes` maps to,
     or withdrawn under them (found by the hash their withdrawal keeps, `hashes` mapping each
     to its key), by key, in one query; the newest receipt where a key has two."""
-    keys = sorted(set(hashes.values()))
-    if not keys:
-        return {}
-    spent = Withdrawal.objects.filter(
-        tenant_id=tenant_id, idempotency_key_hash__in=list(hashes)
-    ).values("receipt_id")
-    named = Receipt.objects.filter(tenant_id=tenant_id, idempotency_key__in=keys).values("pk")
-    found = (
-        Receipt.objects.select_related("log_entry")
-        .filter(tenant_id=tenant_id, pk__in=named.union(spent, all=True))
-        .annotate(withdrawn_under=F("withdrawal__idempotency_key_hash"))
-        .order_by("pk")
-    )
+    found = Receipt.objects.stored_under(tenant_id, sorted(set(hashes.values())), list(hashes))
     by_key: dict[str, Receipt] = {}
-    for receipt in found:
-        key = receipt.idempotency_key or hashes.get(getattr(receipt, "withdrawn_under", ""))
+    for receipt, withdrawn_under in found:
+        key = receipt.idempotency_key or hashes.get(withdrawn_under or "")
         if key is not None:
             by_key[key] = receipt
     return by_key
