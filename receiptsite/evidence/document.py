@@ -7,12 +7,11 @@ same rules serve a single POST, a batch item and a management command alike.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
 from receiptsite.evidence.declaration import BOUNDARY, DOCUMENT, SCHEMA
-from receiptsite.evidence.kinds import OBJECT_MESSAGE, Errors
+from receiptsite.evidence.kinds import OBJECT_MESSAGE, Errors, json_copy
 
 
 class DocumentInvalid(Exception):
@@ -64,7 +63,7 @@ def producer_with_links(
     draft: Draft, parent_receipt_id: str | None, child_receipt_ids: list[str]
 ) -> dict[str, Any]:
     """The producer's part of the document, with links resolved to receipt ids only."""
-    producer = copy.deepcopy(draft.producer)
+    producer = json_copy(draft.producer)
     if draft.links is None:
         return producer
     links: dict[str, Any] = {}
@@ -88,7 +87,7 @@ def evidence_document(
     redactions: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The whole evidence document: the producer's fields plus the site's."""
-    document = copy.deepcopy(producer)
+    document = json_copy(producer)
     document["not_observed"] = [*producer.get("not_observed", ()), BOUNDARY[producer["phase"]]]
     document.update(
         {
@@ -97,7 +96,7 @@ def evidence_document(
             "tenant": {"slug": tenant_slug, "name": tenant_name},
             "recorded_at": recorded_at,
             "publisher": {"key_prefix": key_prefix},
-            "redactions": copy.deepcopy(redactions),
+            "redactions": json_copy(redactions),
         }
     )
     return document

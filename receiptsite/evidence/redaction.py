@@ -6,13 +6,12 @@ differs from what the producer sent.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from receiptsite_client.redaction import DEFAULT_LIMIT, redact_text, truncate
 
 from receiptsite.evidence.declaration import DOCUMENT
-from receiptsite.evidence.kinds import Kind, ListOf, Metadata, Object, TextPlace
+from receiptsite.evidence.kinds import Kind, ListOf, Metadata, Object, TextPlace, json_copy
 
 
 def _entry(pointer: str, reason: str, removed: int) -> dict[str, Any]:
@@ -53,7 +52,7 @@ def redact(
     Only free text is scanned: identifiers (idempotency_key, operation_ref, ids) are never
     touched; validation refuses one that looks like a secret.
     """
-    result = copy.deepcopy(producer)
+    result = json_copy(producer)
     redactions: list[dict[str, Any]] = []
     for pointer, container, key, cut_if_long in free_texts(result):
         text, secrets = redact_text(container[key])

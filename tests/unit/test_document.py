@@ -6,11 +6,15 @@ import base64
 import copy
 import hashlib
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 import rfc8785
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from receiptsite.api.strictjson import BadJSON, parse_json
 from receiptsite.evidence.declaration import BOUNDARY
@@ -22,6 +26,7 @@ from receiptsite.evidence.document import (
     producer_with_links,
     validate,
 )
+from receiptsite.evidence.kinds import json_copy
 from receiptsite.evidence.redaction import redact
 from receiptsite.lib.rfc3339 import is_rfc3339, parse_rfc3339
 from tests.examples import EXAMPLE_BODY, EXAMPLE_CANONICAL_B64, EXAMPLE_HASH
@@ -835,3 +840,38 @@ def test_it_adds_the_site_fields_and_appends_the_boundary_statement() -> None:
 )
 def test_it_has_one_boundary_statement_for_each_phase(phase: str, statement: str) -> None:
     assert BOUNDARY[phase] == statement
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=4),
+    max_leaves=30,
+)
+
+
+def containers(value: Any) -> Iterator[Any]:
+    """Every object and array in `value`, outermost first."""
+    if isinstance(value, (dict, list)):
+        yield value
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from containers(item)
+
+
+@given(JSON_VALUES)
+@hyp_settings(max_examples=200)
+def test_json_copy_is_deepcopy_with_no_part_shared(value: Any) -> None:
+    """What ingest copies before changing it (the producer's part, its redaction, the
+    document): equal to the original, and no object or array of it is the original's, so
+    that changing the copy anywhere leaves the original as it was."""
+    copied = json_copy(value)
+    assert copied == copy.deepcopy(value)
+    originals = {id(part) for part in containers(value)}
+    assert not any(id(part) in originals for part in containers(copied))
+    before = copy.deepcopy(value)
+    for part in containers(copied):
+        if isinstance(part, dict):
+            part["changed"] = True
+        else:
+            part.append("changed")
+    assert value == before
