@@ -201,6 +201,33 @@ class ReceiptQuerySet(models.QuerySet["Receipt"]):
             return _one("r.public_id = %s", params)
         return _one("r.public_id = %s AND r.tenant_id = %s", [*params, tenant_id])
 
+    def insert(self, receipts: Sequence[Receipt]) -> None:
+        """bulk_create(receipts), in hand-written statements: each receipt is inserted, in
+        order, and gets its primary key. Ingest runs it under the log's lock, where the ORM's
+        compilation of a batch's insert (each value of each row through the compiler) was
+        about a sixth of a batch's time. Every value is prepared by its field, as the ORM
+        would (get_db_prep_save); the receipts have no field the ORM would fill in itself."""
+        fields = _inserted_fields()
+        size = connection.ops.bulk_batch_size(fields, receipts) or len(receipts)
+        for start in range(0, len(receipts), size):
+            chunk = receipts[start : start + size]
+            row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+            params = [
+                field.get_db_prep_save(getattr(receipt, field.attname), connection)
+                for receipt in chunk
+                for field in fields
+            ]
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"{_insert_sql(connection.vendor)} VALUES {', '.join([row] * len(chunk))} "
+                    f"RETURNING id",
+                    params,
+                )
+                ids = [found[0] for found in cursor.fetchall()]
+            for receipt, pk in zip(chunk, ids, strict=True):
+                receipt.pk = pk
+                receipt._state.adding, receipt._state.db = False, connection.alias
+
     def stored_under(
         self, tenant_id: int, keys: Sequence[str], hashes: Sequence[str]
     ) -> list[tuple[Receipt, str | None]]:
@@ -378,6 +405,18 @@ def _select_sql(vendor: str) -> str:
         f"JOIN {SigningKey._meta.db_table} AS k ON k.id = r.signing_key_id "
         f"LEFT JOIN {LogEntry._meta.db_table} AS e ON e.receipt_id = r.id"
     )
+
+
+def _inserted_fields() -> list[models.Field[Any, Any]]:
+    """A receipt's columns but its primary key, which the database assigns."""
+    return [field for field in _fields(Receipt) if not field.primary_key]
+
+
+@functools.cache
+def _insert_sql(vendor: str) -> str:
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in _inserted_fields())
+    return f"INSERT INTO {Receipt._meta.db_table} ({columns})"
 
 
 @functools.cache

@@ -384,7 +384,7 @@ def _store(group: _Group) -> None:
             if not stored:
                 group.settle()
                 return
-            Receipt.objects.bulk_create([receipt for receipt, _ in stored])
+            Receipt.objects.insert([receipt for receipt, _ in stored])
             logged = log.append_many(stored, current)  # and its signed checkpoint
             for post in posts:
                 outcome = post.outcome
@@ -522,7 +522,7 @@ def receipts_ingest(
         results, batch = decided
         if not batch.stored:
             return results
-        Receipt.objects.bulk_create([receipt for receipt, _ in batch.stored])
+        Receipt.objects.insert([receipt for receipt, _ in batch.stored])
         logged = log.append_many(batch.stored, current)
         if before_commit is not None:
             before_commit([outcome for outcome in results if isinstance(outcome, Ingested)])

@@ -262,6 +262,25 @@ def test_500_items_are_accepted(producer: Producer) -> None:
     assert count_receipts() == 500
 
 
+def test_items_inserted_in_several_statements_keep_their_rows_and_log_places(
+    producer: Producer, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The receipts of a batch are inserted in as many statements as the database's limit on
+    parameters asks (Receipt.objects.insert, three here): each receipt gets its own row, in
+    order, and each log entry points at its own receipt, which verifies."""
+    from django.db import connection
+
+    monkeypatch.setattr(connection.ops, "bulk_batch_size", lambda fields, objs: 2)
+    items = [keyed(f"k{i}", workflow_id=f"wf-{i}") for i in range(5)]
+    answers = results(producer, items)
+    for i, item in enumerate(answers):
+        receipt = assert_stored(item)
+        assert receipt.workflow_id == f"wf-{i}"
+        assert receipt.log_entry.index == i == item["log_index"]
+        assert client.get(f"/api/receipt/{item['id']}/verify").json()["status"] == "valid"
+    assert count_receipts() == 5
+
+
 # --- the whole body -----------------------------------------------------------------------------
 
 
