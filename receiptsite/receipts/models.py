@@ -239,11 +239,17 @@ class ReceiptQuerySet(models.QuerySet["Receipt"]):
         an annotation) took 2.2 ms against well under a millisecond to run it."""
         if not keys:
             return []
-        sql = _stored_under_sql(connection.vendor).format(
-            keys=", ".join(["%s"] * len(keys)), hashes=", ".join(["%s"] * len(hashes)) or "NULL"
-        )
+        sql = _stored_under_sql(connection.vendor)
+        params: list[Any]
+        if connection.vendor == "postgresql":
+            params = [tenant_id, list(keys), tenant_id, list(hashes), tenant_id]
+        else:
+            sql = sql.format(
+                keys=", ".join(["%s"] * len(keys)), hashes=", ".join(["%s"] * len(hashes)) or "NULL"
+            )
+            params = [tenant_id, *keys, tenant_id, *hashes, tenant_id]
         with connection.cursor() as cursor:
-            cursor.execute(sql, [tenant_id, tenant_id, *keys, tenant_id, *hashes])
+            cursor.execute(sql, params)
             rows = cursor.fetchall()
         receipts = len(_fields(Receipt))
         found = []
@@ -450,8 +456,12 @@ def _key_with_tenant(prefix: str) -> ApiKey | None:
 
 @functools.cache
 def _stored_under_sql(vendor: str) -> str:
-    """ReceiptQuerySet.stored_under's statement, derived from the models once per process;
-    `{keys}` and `{hashes}` stand for the placeholders of the two lists."""
+    """ReceiptQuerySet.stored_under's statement, derived from the models once per process.
+    On PostgreSQL each list is one array parameter (`= ANY(%s)`), so that the statement is
+    one text whatever the lists' lengths, prepared once per connection (psycopg neither
+    caches its parsing of a statement over 4 KB nor prepares a statement it has not seen
+    five times: a batch's 300 placeholders cost 3.4 ms to parse, every time). SQLite has no
+    arrays: `{keys}` and `{hashes}` stand for the placeholders of the two lists."""
     quote = connection.ops.quote_name
     withdrawal = Withdrawal._meta
     of = withdrawal.db_table
@@ -461,15 +471,20 @@ def _stored_under_sql(vendor: str) -> str:
     key = quote(str(Receipt._meta.get_field("idempotency_key").column))
     receipts = Receipt._meta.db_table
     selected = [f"r.{quote(str(field.column))}" for field in _fields(Receipt)]
+    postgresql = vendor == "postgresql"
+    keys, hashes = ("= ANY(%s)",) * 2 if postgresql else ("IN ({keys})", "IN ({hashes})")
+    # The ids first, each list through its own index ((tenant, idempotency key) and the
+    # withdrawals' (tenant, key hash)), then their rows by primary key: written as
+    # `r.id IN (...)`, PostgreSQL without statistics read the subquery once for each of the
+    # tenant's receipts (22 ms at 300 receipts).
     return (
         f"SELECT {', '.join(selected)}, e.{quote('index')}, w.{kept} "
-        f"FROM {receipts} AS r "
+        f"FROM (SELECT id FROM {receipts} WHERE tenant_id = %s AND {key} {keys} "
+        f"UNION SELECT {by_receipt} FROM {of} WHERE {by_tenant} = %s AND {kept} {hashes}"
+        f") AS f JOIN {receipts} AS r ON r.id = f.id "
         f"LEFT JOIN {LogEntry._meta.db_table} AS e ON e.receipt_id = r.id "
         f"LEFT JOIN {of} AS w ON w.{by_receipt} = r.id "
-        f"WHERE r.tenant_id = %s AND r.id IN ("
-        f"SELECT id FROM {receipts} WHERE tenant_id = %s AND {key} IN ({{keys}}) "
-        f"UNION ALL SELECT {by_receipt} FROM {of} WHERE {by_tenant} = %s AND {kept} IN ({{hashes}})"
-        f") ORDER BY r.id"
+        f"WHERE r.tenant_id = %s ORDER BY r.id"
     )
 
 

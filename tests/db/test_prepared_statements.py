@@ -16,7 +16,7 @@ import uuid
 import pytest
 from django.db import connection
 
-from receiptsite.receipts.models import Receipt
+from receiptsite.receipts.models import Receipt, Tenant
 from receiptsite.receipts.rowsecurity import receipt_scope
 from tests.conftest import Producer
 from tests.db.test_site_role import acting_as, site_role  # noqa: F401 (a fixture)
@@ -94,3 +94,15 @@ def test_false_keeps_client_side_binding_and_prepares_nothing() -> None:
         seen[value] = done.stdout.split()
     assert seen["false"] == ["Cursor", "None", "0"]
     assert seen["true"] == ["ServerBindingCursor", "5", "1"]
+
+
+def test_the_look_up_of_idempotency_keys_is_one_statement_whatever_the_keys(
+    tenant: Tenant,
+) -> None:
+    """Each list is one array parameter, so that a batch's look-up and a single post's are
+    one statement, which psycopg parses once and prepares (models._stored_under_sql): eight
+    look-ups of eight sizes prepare it, as eight runs of one statement would."""
+    for size in range(1, 9):
+        keys = [f"k-{n}" for n in range(size)]
+        assert Receipt.objects.stored_under(tenant.pk, keys, [key * 2 for key in keys]) == []
+    assert len(prepared('"idempotency_key" = ANY(')) == 1

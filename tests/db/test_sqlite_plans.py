@@ -50,3 +50,28 @@ def test_linked_receipts_and_links_are_read_by_their_ids_and_keys(
     named = {str(public_id) for public_id in found.values_list("public_id", flat=True)}
     assert named == {*ids[1:3], ids[4], ids[5]}
     assert not Receipt.objects.named(tenant.pk + 1000, ids=ids[1:3], keys=["r-4"]).exists()
+
+
+def test_the_receipts_under_idempotency_keys_are_read_by_their_indexes(
+    producer: Producer, tenant: Tenant
+) -> None:
+    """Ingest's look-up under the log's lock (ReceiptQuerySet.stored_under): each key through
+    the (tenant, idempotency key) index, each withdrawal's hash through its own, each row by
+    its primary key; never a scan of the tenant's receipts."""
+    from receiptsite.receipts.models import _stored_under_sql
+
+    for n in range(12):
+        producer.publish(idempotency_key=f"k-{n}")
+    keys, hashes = ["k-3", "k-7"], ["a" * 64, "b" * 64]
+    sql = _stored_under_sql("sqlite").format(keys="%s, %s", hashes="%s, %s")
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}", [tenant.pk, *keys, tenant.pk, *hashes,
+                                                     tenant.pk])
+        steps = [str(row[3]) for row in cursor.fetchall()]
+    assert any("(tenant_id=? AND idempotency_key=?)" in step for step in steps), steps
+    assert any("(tenant_id=? AND idempotency_key_hash=?)" in step for step in steps), steps
+    assert any("SEARCH r USING INTEGER PRIMARY KEY" in step for step in steps), steps
+    assert not any(step.startswith("SCAN r") or "SCAN receipts_receipt" in step
+                   for step in steps), steps
+    found = Receipt.objects.stored_under(tenant.pk, keys, hashes)
+    assert sorted(receipt.idempotency_key or "" for receipt, _ in found) == keys
