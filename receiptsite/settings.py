@@ -84,9 +84,9 @@ def database(url: str) -> dict[str, object]:
     if entry.get("ENGINE") == "django.db.backends.sqlite3":
         # One connection per thread, kept: opening one (the file, its WAL index, the PRAGMAs)
         # cost a quarter of a small request's time.
-        # Django's backend, whose writers in a process queue on a lock that wakes the next
-        # one when a write ends, not on SQLite's sleeping busy handler
-        # (receiptsite/lib/sqlite/base.py).
+        # Django's backend, whose writers (a process's threads, and the processes) queue on
+        # locks that wake the next one when a write ends, not on SQLite's sleeping busy
+        # handler (receiptsite/lib/sqlite/base.py).
         entry.update(ENGINE="receiptsite.lib.sqlite", CONN_MAX_AGE=600, CONN_HEALTH_CHECKS=True)
         entry["OPTIONS"] = {
             # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy

@@ -185,7 +185,7 @@ def audited(
                        [])
         raise
     # A transaction of its own, even for one INSERT: on SQLite, BEGIN IMMEDIATE queues the
-    # entry on the process's writer lock (receiptsite/lib/sqlite/base.py), where autocommit
+    # entry on the writer's locks (receiptsite/lib/sqlite/base.py), where autocommit
     # would queue it on SQLite's sleeping busy handler. Within the request's transaction
     # (PostgreSQL), nothing more than the INSERT.
     with transaction.atomic(savepoint=False):

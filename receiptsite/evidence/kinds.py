@@ -18,18 +18,6 @@ from receiptsite.lib import rfc3339
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 
-
-def json_copy(value: Any) -> Any:
-    """A copy of a parsed JSON value whose objects and arrays are new, which the caller may
-    change: copy.deepcopy's result, about 4x faster (16 against 4.4 us for a typical receipt;
-    ingest makes three per receipt), since a JSON value holds no shared or cyclic parts and
-    its strings and numbers are immutable."""
-    if isinstance(value, dict):
-        return {key: json_copy(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [json_copy(item) for item in value]
-    return value
-
 INTEGER_MESSAGE: Final = "must be an integer (no fraction, no exponent)"
 SURROGATE_MESSAGE: Final = "contains a lone surrogate"
 NUL_MESSAGE: Final = "contains U+0000 (a NUL character), which no stored text may hold"
@@ -44,6 +32,18 @@ OBJECT_MESSAGE: Final = "must be a JSON object"
 METADATA_VALUE_MESSAGE: Final = (
     "must be a string, an integer (no fraction, no exponent), a boolean or null"
 )
+
+
+def json_copy(value: Any) -> Any:
+    """A copy of a parsed JSON value whose objects and arrays are new, which the caller may
+    change: copy.deepcopy's result, about 4x faster (16 against 4.4 us for a typical receipt;
+    ingest makes three per receipt), since a JSON value holds no shared or cyclic parts and
+    its strings and numbers are immutable."""
+    if isinstance(value, dict):
+        return {key: json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_copy(item) for item in value]
+    return value
 
 
 def whole(pattern: str) -> str:
