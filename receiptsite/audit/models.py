@@ -16,6 +16,7 @@ from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql.compiler import SQLCompiler
 
+from receiptsite.lib.rows import InsertQuerySet
 from receiptsite.receipts.models import AuthFailure, Tenant, format_timestamp
 
 
@@ -68,6 +69,9 @@ class AuditEntry(models.Model):
     problem_type = models.CharField(max_length=300, null=True, blank=True)
     receipt_ids = ReceiptIdsField(default=list, blank=True)
     duration_ms = models.PositiveIntegerField()
+
+    # insert(): the entry of a storing request is written under the log's lock.
+    objects = InsertQuerySet["AuditEntry"].as_manager()
 
     class Meta:
         verbose_name = "API audit-log entry"

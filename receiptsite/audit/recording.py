@@ -107,7 +107,7 @@ def _write(
     ids: list[str],
 ) -> None:
     key = request.api_key  # type: ignore[attr-defined]
-    AuditEntry.objects.create(
+    entry = AuditEntry(
         at=at,
         request_id=_request_id(request),
         tenant_id=key.tenant_id,
@@ -119,6 +119,7 @@ def _write(
         receipt_ids=ids,
         duration_ms=round((time.monotonic() - started) * 1000),
     )
+    AuditEntry.objects.insert([entry])
 
 
 def _record(request: HttpRequest, at: datetime, started: float, response: HttpResponse) -> None:

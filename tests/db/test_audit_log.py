@@ -19,6 +19,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.db import Error, connection, transaction
+from django.db.models.signals import post_save, pre_save
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import URLPattern, get_resolver
@@ -27,7 +28,7 @@ from django.utils import timezone
 from receiptsite.audit.models import AuditEntry, PrunePermit
 from receiptsite.audit.recording import route_name
 from receiptsite.config import ConfigurationError, audit_log_days
-from receiptsite.receipts.models import ApiKey, Receipt
+from receiptsite.receipts.models import ApiKey, Receipt, Tenant
 from tests.conftest import SITE, Producer, assert_problem, example_body
 from tests.live.test_configuration import assert_one_line, environment
 from tests.livesite import PYTHON, REPO
@@ -500,6 +501,59 @@ def test_auditors_see_filter_and_jump_between_a_receipt_and_its_request(
     response = client.post(f"/admin/audit/auditentry/{entry.pk}/delete/", {"post": "yes"})
     assert response.status_code == 403
     assert AuditEntry.objects.filter(pk=entry.pk).exists()
+
+
+# --- written by hand (receiptsite/lib/rows.py), read back as the ORM would have stored it -------
+
+
+def _entry(tenant: Tenant, request_id: str) -> AuditEntry:
+    return AuditEntry(
+        at=timezone.now(), request_id=request_id, tenant=tenant, key_prefix="rk_0123456789ab",
+        method="POST", route="POST /api/receipts", status=201, problem_type=None,
+        receipt_ids=[str(uuid.uuid4()), str(uuid.uuid4())], duration_ms=17,
+    )  # fmt: skip
+
+
+def test_an_inserted_entry_reads_back_as_the_orm_would_have_stored_it(db: None) -> None:
+    tenant = Tenant.objects.create(slug="rows", name="Rows")
+    by_orm, by_hand = _entry(tenant, "by-orm"), _entry(tenant, "by-hand")
+    by_hand.at, by_hand.receipt_ids = by_orm.at, by_orm.receipt_ids
+    by_orm.save(force_insert=True)
+    with CaptureQueriesContext(connection) as queries:
+        AuditEntry.objects.insert([by_hand])
+    assert len(queries) == 1 and queries[0]["sql"].startswith("INSERT INTO")
+    assert by_hand.pk is not None and by_hand.pk != by_orm.pk
+    assert not by_hand._state.adding
+    columns = [f.attname for f in AuditEntry._meta.concrete_fields if not f.primary_key]
+    stored = {e.request_id: e for e in AuditEntry.objects.filter(pk__in=[by_orm.pk, by_hand.pk])}
+    orm_row = {c: getattr(stored["by-orm"], c) for c in columns if c != "request_id"}
+    hand_row = {c: getattr(stored["by-hand"], c) for c in columns if c != "request_id"}
+    assert hand_row == orm_row
+    assert stored["by-hand"].receipt_ids == by_orm.receipt_ids  # a JSON list, not its repr
+    # ... stored as the `holds` lookup reads it (a JSON array; jsonb on PostgreSQL).
+    held = AuditEntry.objects.filter(receipt_ids__holds=by_orm.receipt_ids[1])
+    assert sorted(held.values_list("pk", flat=True)) == sorted([by_orm.pk, by_hand.pk])
+
+
+def test_insert_saves_through_the_orm_when_a_receiver_listens_for_the_save(db: None) -> None:
+    # A pre_save or post_save receiver of the model would never hear of a hand-written
+    # INSERT: insert() then saves each object through the ORM, which sends both.
+    tenant = Tenant.objects.create(slug="heard", name="Heard")
+    heard: list[tuple[str, str]] = []
+
+    def listen(sender: Any, instance: AuditEntry, **kwargs: Any) -> None:
+        heard.append((kwargs["signal"] is pre_save and "pre" or "post", instance.request_id))
+
+    pre_save.connect(listen, sender=AuditEntry)
+    post_save.connect(listen, sender=AuditEntry)
+    try:
+        entry = _entry(tenant, "heard-1")
+        AuditEntry.objects.insert([entry])
+    finally:
+        pre_save.disconnect(listen, sender=AuditEntry)
+        post_save.disconnect(listen, sender=AuditEntry)
+    assert heard == [("pre", "heard-1"), ("post", "heard-1")]
+    assert AuditEntry.objects.get(pk=entry.pk).request_id == "heard-1"
 
 
 # --- on a live site: SQLite, or PostgreSQL with DATABASE_URL ----------------------------------
