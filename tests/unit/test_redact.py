@@ -425,5 +425,36 @@ def test_a_text_is_scanned_by_every_rule_whenever_one_could_match(pieces: list[s
 
 @pytest.mark.parametrize(("text", "expected", "removed"), REPLACED)
 def test_every_secret_holds_a_trigger(text: str, expected: str, removed: list[int]) -> None:
-    assert redaction._TRIGGERS.search(text), text
+    assert redaction.triggered(text), text
     assert find_secrets(text) == redaction._scan(text) != []
+
+
+# The look for a trigger: the triggers' words as one trie-shaped regex, over the lower-cased
+# text.
+_WORDS = ["aws", "aiza", "akia", "api_key", "apikey", "xox", "xoxb", "sk-", "s", "://"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6, unique=True),
+    st.text(alphabet="aAksSwWxXoOpPiIyY_-:/ kz", max_size=30),
+)
+def test_the_words_regex_finds_a_text_exactly_when_it_holds_one_of_the_words(
+    words: list[str], text: str
+) -> None:
+    import re
+
+    found = re.search(redaction.words_regex(words), text) is not None
+    assert found == any(word in text for word in words)
+
+
+@pytest.mark.parametrize(("text", "expected", "removed"), REPLACED)
+def test_a_secret_spelt_in_other_letter_cases_still_holds_a_trigger(
+    text: str, expected: str, removed: list[int]
+) -> None:
+    # The rules that ignore case (Bearer, Authorization, password=...) match BEARER and
+    # bEaReR too; a trigger looked for in the lower-cased text finds them all.
+    for spelt in (text.upper(), text.swapcase()):
+        if redaction._scan(spelt):
+            assert redaction.triggered(spelt), spelt
+            assert find_secrets(spelt) == redaction._scan(spelt)
