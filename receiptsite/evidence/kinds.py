@@ -66,9 +66,16 @@ def has_lone_surrogate(s: str) -> bool:
 def join_pointer(parent: str, token: str | int) -> str:
     """Extend an RFC 6901 JSON Pointer by one reference token."""
     # A lone surrogate cannot be written as UTF-8, so an error naming such a key would crash
-    # whoever serialises it; the pointer shows U+FFFD in its place instead.
-    text = _LONE_SURROGATE.sub("\ufffd", token) if isinstance(token, str) else str(token)
-    return f"{parent}/{text.replace('~', '~0').replace('/', '~1')}"
+    # whoever serialises it; the pointer shows U+FFFD in its place instead. Validation joins a
+    # pointer for every member it checks, almost always a plain ASCII name: only a token that
+    # could need it is searched or escaped (a surrogate is not ASCII).
+    if not isinstance(token, str):
+        return f"{parent}/{token}"
+    if not token.isascii():
+        token = _LONE_SURROGATE.sub("\ufffd", token)
+    if "~" in token or "/" in token:
+        token = token.replace("~", "~0").replace("/", "~1")
+    return f"{parent}/{token}"
 
 
 class Errors:

@@ -26,7 +26,7 @@ from receiptsite.evidence.document import (
     producer_with_links,
     validate,
 )
-from receiptsite.evidence.kinds import json_copy
+from receiptsite.evidence.kinds import join_pointer, json_copy
 from receiptsite.evidence.redaction import redact
 from receiptsite.lib.rfc3339 import is_rfc3339, parse_rfc3339
 from tests.examples import EXAMPLE_BODY, EXAMPLE_CANONICAL_B64, EXAMPLE_HASH
@@ -875,3 +875,28 @@ def test_json_copy_is_deepcopy_with_no_part_shared(value: Any) -> None:
         else:
             part.append("changed")
     assert value == before
+
+
+@hyp_settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from(["", "/metadata", "/links/0"]),
+    st.one_of(
+        st.integers(min_value=0, max_value=10_000),
+        st.text(st.characters(categories=["L", "N", "P", "S", "Zs", "Cs"]), max_size=12),
+        st.text(alphabet="ab~/01", max_size=8),
+    ),
+)
+def test_a_joined_pointer_names_the_token_and_can_be_written_as_utf_8(
+    parent: str, token: int | str
+) -> None:
+    # RFC 6901: "~" is written "~0" and "/" "~1"; a lone surrogate (which no UTF-8 can hold)
+    # is shown as U+FFFD.
+    pointer = join_pointer(parent, token)
+    pointer.encode("utf-8")
+    assert pointer.startswith(parent + "/")
+    last = pointer[len(parent) + 1 :]
+    assert "/" not in last
+    expected = str(token) if isinstance(token, int) else "".join(
+        "\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in token
+    )
+    assert last.replace("~1", "/").replace("~0", "~") == expected
