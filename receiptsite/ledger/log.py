@@ -55,6 +55,7 @@ from receiptsite.integrity.continuation import Continuation
 from receiptsite.integrity.encoding import b64, b64decode
 from receiptsite.ledger import keyring, logstate
 from receiptsite.lib.outer import once_committed
+from receiptsite.lib.rows import insert_rows
 from receiptsite.problems import Problem
 from receiptsite.receipts.models import (
     Checkpoint,
@@ -357,17 +358,9 @@ def append_many(stored: Sequence[tuple[Receipt, bytes]], current: Head | None = 
         entries.append((size, receipt.pk))
         size += 1
         heads.append((size, root, current.origin, now))
-    index = connection.ops.quote_name("index")
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"INSERT INTO {_ENTRY} ({index}, receipt_id) VALUES (%s, %s)", entries
-        )
-        cursor.executemany(f"INSERT INTO {_NODE} (key, hash) VALUES (%s, %s)", new_nodes)
-        cursor.executemany(
-            f"INSERT INTO {_HEAD} (tree_size, root_hash, origin, created_at) "
-            "VALUES (%s, %s, %s, %s)",
-            heads,
-        )
+    insert_rows(connection, LogEntry, ["index", "receipt_id"], entries)
+    insert_rows(connection, LogNode, ["key", "hash"], new_nodes)
+    insert_rows(connection, Checkpoint, ["tree_size", "root_hash", "origin", "created_at"], heads)
     new_head = Head(origin=current.origin, size=size, root=root)
     sign_appended(new_head)
     return new_head

@@ -281,6 +281,35 @@ def test_items_inserted_in_several_statements_keep_their_rows_and_log_places(
     assert count_receipts() == 5
 
 
+@pytest.mark.skipif(
+    "postgres" not in __import__("os").environ.get("DATABASE_URL", ""),
+    reason="UNNEST is PostgreSQL's (run with DATABASE_URL)",
+)
+def test_on_postgresql_each_table_of_a_batch_takes_one_insert_of_arrays(
+    producer: Producer, client: Client
+) -> None:
+    """The receipts, log entries, log nodes and heads of a batch are each inserted by one
+    statement of one array per column (lib/rows.py), not one statement per row nor one
+    parameter per value; what they store still verifies."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from receiptsite.receipts.models import Checkpoint, LogEntry, LogNode
+
+    items = [keyed(f"k{i}", workflow_id=f"wf-{i}") for i in range(6)]
+    with CaptureQueriesContext(connection) as queries:
+        answers = results(producer, items)
+    for model in (Receipt, LogEntry, LogNode, Checkpoint):
+        table = connection.ops.quote_name(model._meta.db_table)
+        inserts = [q["sql"] for q in queries if f"INSERT INTO {table}" in q["sql"]]
+        assert len(inserts) == 1, (model.__name__, inserts)
+        assert "UNNEST(" in inserts[0] and "times:" not in inserts[0], inserts[0]
+    for i, item in enumerate(answers):
+        receipt = assert_stored(item)
+        assert receipt.workflow_id == f"wf-{i}" and receipt.log_entry.index == i
+        assert client.get(f"/api/receipt/{item['id']}/verify").json()["status"] == "valid"
+
+
 # --- the whole body -----------------------------------------------------------------------------
 
 
