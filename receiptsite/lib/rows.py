@@ -8,7 +8,9 @@ through objects.create() and 44 µs here (PostgreSQL: 216 and 107). Each value i
 would write: the field's pre_save() (an auto_now stamp included), then its get_db_prep_save().
 Each object gets the primary key the database assigned, and is then as saved as the ORM's own.
 A model with a parent, or one whose pre_save or post_save has a receiver, is saved by the ORM
-instead, one save() each, so that nothing it would do is skipped.
+instead, one save() each, so that nothing it would do is skipped. insert_rows() writes rows of
+values already prepared (the log's entries, nodes and heads). On PostgreSQL both send a batch
+as one array per column (UNNEST), one statement text whatever the number of rows.
 """
 
 from __future__ import annotations
