@@ -54,7 +54,7 @@ class InsertQuerySet(models.QuerySet[_M]):
                     cursor.execute(f"{into} SELECT * FROM UNNEST({arrays}) {returning}", columns)
                     _saved(objs, [found[0] for found in cursor.fetchall()], connection.alias)
                 return
-        size = connection.ops.bulk_batch_size(fields, objs) or len(objs)
+        size = (connection.ops.bulk_batch_size(fields, objs) if len(objs) > 1 else 1) or len(objs)
         row = "(" + ", ".join(["%s"] * len(fields)) + ")"
         for start in range(0, len(objs), size):
             chunk = objs[start : start + size]
