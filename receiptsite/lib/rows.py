@@ -7,8 +7,9 @@ SQLite and 4.3-5.6 ms here (PostgreSQL: 15.4-17.0 and 12.6-14.4); one audit entr
 through objects.create() and 44 µs here (PostgreSQL: 216 and 107). Each value is what the ORM
 would write: the field's pre_save() (an auto_now stamp included), then its get_db_prep_save().
 Each object gets the primary key the database assigned, and is then as saved as the ORM's own.
-A model with a parent, or one whose pre_save or post_save has a receiver, is saved by the ORM
-instead, one save() each, so that nothing it would do is skipped. insert_rows() writes rows of
+A model with a parent, or one whose pre_save or post_save has a receiver, or a value that is an
+expression, is saved by the ORM instead, one save() each, so that nothing it would do is
+skipped. insert_rows() writes rows of
 values already prepared (the log's entries, nodes and heads). On PostgreSQL both send a batch
 as one array per column (UNNEST), one statement text whatever the number of rows.
 """
@@ -32,40 +33,52 @@ class InsertQuerySet(models.QuerySet[_M]):
         if not objs:
             return
         model = self.model
-        if model._meta.parents or pre_save.has_listeners(model) or post_save.has_listeners(model):
-            for obj in objs:
-                obj.save(force_insert=True, using=self.db)
-            return
-        connection = connections[self.db]
-        fields = inserted_fields(model)
-        into, returning = _statement(model, connection)
-        arrays = _unnest_arrays(model, connection) if len(objs) > 1 else None
+        if not (
+            model._meta.parents or pre_save.has_listeners(model) or post_save.has_listeners(model)
+        ):
+            connection = connections[self.db]
+            fields = inserted_fields(model)
+            rows = [
+                [
+                    field.get_db_prep_save(field.pre_save(obj, add=True), connection)
+                    for field in fields
+                ]
+                for obj in objs
+            ]
+            # An expression (F(), Now()...) is the ORM's to compile.
+            if not any(hasattr(value, "as_sql") for row in rows for value in row):
+                _insert(model, objs, fields, rows, connection)
+                return
+        for obj in objs:
+            obj.save(force_insert=True, using=self.db)
+
+
+def _insert(
+    model: type[models.Model], objs: Sequence[models.Model], fields: list[models.Field[Any, Any]],
+    rows: list[list[Any]], connection: Any,
+) -> None:
+    """The statements of insert(), for `rows` of values prepared by their fields."""
+    into, returning = _statement(model, connection)
+    arrays = _unnest_arrays(model, connection) if len(objs) > 1 else None
+    with connection.cursor() as cursor:
         if arrays is not None:
             # PostgreSQL: one array per column, whatever the number of rows (as Django's own
             # bulk_create does there): one statement text, which psycopg parses once and the
             # connection prepares (lib/postgresql), against a text of 2,000 placeholders for
             # 100 receipts parsed anew by psycopg on every batch.
-            columns = [
-                [field.get_db_prep_save(field.pre_save(obj, add=True), connection) for obj in objs]
-                for field in fields
-            ]
-            if not any(hasattr(value, "as_sql") for column in columns for value in column):
-                with connection.cursor() as cursor:
-                    cursor.execute(f"{into} SELECT * FROM UNNEST({arrays}) {returning}", columns)
-                    _saved(objs, [found[0] for found in cursor.fetchall()], connection.alias)
-                return
-        size = (connection.ops.bulk_batch_size(fields, objs) if len(objs) > 1 else 1) or len(objs)
+            columns = [list(column) for column in zip(*rows, strict=True)]
+            cursor.execute(f"{into} SELECT * FROM UNNEST({arrays}) {returning}", columns)
+            _saved(objs, [found[0] for found in cursor.fetchall()], connection.alias)
+            return
+        limit = connection.ops.bulk_batch_size(fields, objs) if len(objs) > 1 else 1
+        size = limit or len(objs)
         row = "(" + ", ".join(["%s"] * len(fields)) + ")"
         for start in range(0, len(objs), size):
-            chunk = objs[start : start + size]
-            params = [
-                field.get_db_prep_save(field.pre_save(obj, add=True), connection)
-                for obj in chunk
-                for field in fields
-            ]
-            with connection.cursor() as cursor:
-                cursor.execute(f"{into} VALUES {', '.join([row] * len(chunk))} {returning}", params)
-                _saved(chunk, [found[0] for found in cursor.fetchall()], connection.alias)
+            chunk = rows[start : start + size]
+            params = [value for values in chunk for value in values]
+            cursor.execute(f"{into} VALUES {', '.join([row] * len(chunk))} {returning}", params)
+            ids = [found[0] for found in cursor.fetchall()]
+            _saved(objs[start : start + size], ids, connection.alias)
 
 
 def _saved(objs: Sequence[models.Model], ids: list[Any], alias: str) -> None:

@@ -556,6 +556,20 @@ def test_insert_saves_through_the_orm_when_a_receiver_listens_for_the_save(db: N
     assert AuditEntry.objects.get(pk=entry.pk).request_id == "heard-1"
 
 
+def test_an_entry_with_an_expression_for_a_value_is_saved_by_the_orm(db: None) -> None:
+    # Now() is SQL the ORM compiles; as a parameter no driver could send it.
+    from django.db.models.functions import Now
+
+    tenant = Tenant.objects.create(slug="now", name="Now")
+    before = timezone.now()
+    entry = _entry(tenant, "by-expression")
+    entry.at = Now()
+    AuditEntry.objects.insert([entry])
+    stored = AuditEntry.objects.get(pk=entry.pk)
+    assert stored.request_id == "by-expression"
+    assert stored.at >= before - timedelta(seconds=5)
+
+
 # --- on a live site: SQLite, or PostgreSQL with DATABASE_URL ----------------------------------
 
 
