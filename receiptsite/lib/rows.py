@@ -9,9 +9,9 @@ would write: the field's pre_save() (an auto_now stamp included), then its get_d
 Each object gets the primary key the database assigned, and is then as saved as the ORM's own.
 A model with a parent, or one whose pre_save or post_save has a receiver, or a value that is an
 expression, is saved by the ORM instead, one save() each, so that nothing it would do is
-skipped. insert_rows() writes rows of
-values already prepared (the log's entries, nodes and heads). On PostgreSQL both send a batch
-as one array per column (UNNEST), one statement text whatever the number of rows.
+skipped. insert_rows() writes rows of values already prepared (the log's entries, nodes and
+heads). On PostgreSQL both send a batch as one array per column (UNNEST), one statement text
+whatever the number of rows.
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ def _insert(
     rows: list[list[Any]], connection: Any,
 ) -> None:
     """The statements of insert(), for `rows` of values prepared by their fields."""
-    into, returning = _statement(model, connection)
-    arrays = _unnest_arrays(model, connection) if len(objs) > 1 else None
+    into, arrays = _sql(model, fields, connection)
+    returning = f"RETURNING {connection.ops.quote_name(model._meta.pk.column)}"  # type: ignore[union-attr]
     with connection.cursor() as cursor:
-        if arrays is not None:
+        if arrays is not None and len(objs) > 1:
             # PostgreSQL: one array per column, whatever the number of rows (as Django's own
             # bulk_create does there): one statement text, which psycopg parses once and the
             # connection prepares (lib/postgresql), against a text of 2,000 placeholders for
@@ -93,22 +93,28 @@ def inserted_fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
     return [field for field in model._meta.concrete_fields if not field.primary_key]
 
 
-_statements: dict[tuple[type[models.Model], str], tuple[str, str]] = {}
-_arrays: dict[tuple[type[models.Model], str], str | None] = {}
+_sql_cache: dict[tuple[type[models.Model], tuple[str, ...], str], tuple[str, str | None]] = {}
 
 
-def _statement(model: type[models.Model], connection: Any) -> tuple[str, str]:
-    """What goes before the rows (`INSERT INTO t (columns)`) and after them (`RETURNING id`),
-    derived from the model once per process and database."""
-    key = (model, connection.vendor)
-    if key not in _statements:
+def _sql(
+    model: type[models.Model], fields: Sequence[models.Field[Any, Any]], connection: Any
+) -> tuple[str, str | None]:
+    """`INSERT INTO t (columns)` for `fields`, and on PostgreSQL UNNEST's arguments for them
+    (`(%s)::uuid[], ...`), None where an array cannot hold a column's values (see
+    _unnestable) or on another database; derived once per process, model, columns and
+    database. An array's type is the column's without its length (varchar[], not
+    varchar(200)[]: nothing is cut)."""
+    key = (model, tuple(str(field.column) for field in fields), connection.vendor)
+    if key not in _sql_cache:
         quote = connection.ops.quote_name
-        columns = ", ".join(quote(str(field.column)) for field in inserted_fields(model))
-        _statements[key] = (
-            f"INSERT INTO {quote(model._meta.db_table)} ({columns})",
-            f"RETURNING {quote(str(model._meta.pk.column))}",  # type: ignore[union-attr]
+        into = f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(c) for c in key[1])})"
+        arrays = (
+            ", ".join(f"(%s)::{str(field.db_type(connection)).split('(')[0]}[]" for field in fields)
+            if connection.vendor == "postgresql" and all(_unnestable(f, connection) for f in fields)
+            else None
         )
-    return _statements[key]
+        _sql_cache[key] = (into, arrays)
+    return _sql_cache[key]
 
 
 def _stored_as(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
@@ -128,25 +134,13 @@ def _placed_plainly(field: models.Field[Any, Any], connection: Any) -> bool:
     return not hasattr(field, "get_placeholder_sql") and not hasattr(field, "get_placeholder")
 
 
-def _unnest_arrays(model: type[models.Model], connection: Any) -> str | None:
-    """On PostgreSQL, UNNEST's arguments for the model's columns (`(%s)::uuid[], ...`), or
-    None where an array cannot hold a column's values: under the conditions of Django's own
-    UNNEST (backends/postgresql/compiler.py), a field of a standard type, placed as a plain
-    parameter; its type without its length (varchar[], not varchar(200)[]: nothing is cut)."""
-    key = (model, connection.vendor)
-    if key not in _arrays:
-        fields = inserted_fields(model)
-        plain = connection.vendor == "postgresql" and all(
-            _placed_plainly(field, connection)
-            and _stored_as(field).get_internal_type() in connection.data_types
-            for field in fields
-        )
-        _arrays[key] = (
-            ", ".join(f"(%s)::{str(field.db_type(connection)).split('(')[0]}[]" for field in fields)
-            if plain
-            else None
-        )
-    return _arrays[key]
+def _unnestable(field: models.Field[Any, Any], connection: Any) -> bool:
+    """Under the conditions of Django's own UNNEST (backends/postgresql/compiler.py): a field
+    of a standard type, placed as a plain parameter."""
+    return (
+        _placed_plainly(field, connection)
+        and _stored_as(field).get_internal_type() in connection.data_types
+    )
 
 
 def insert_rows(
@@ -159,14 +153,10 @@ def insert_rows(
     runs as one prepared statement in a loop of its own."""
     if not rows:
         return
-    quote = connection.ops.quote_name
-    into = f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(c) for c in columns)})"
+    by_column = {str(field.column): field for field in model._meta.concrete_fields}
+    into, arrays = _sql(model, [by_column[column] for column in columns], connection)
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql" and len(rows) > 1:
-            fields = {str(field.column): field for field in model._meta.concrete_fields}
-            arrays = ", ".join(
-                f"(%s)::{str(fields[c].db_type(connection)).split('(')[0]}[]" for c in columns
-            )
+        if arrays is not None and len(rows) > 1:
             values = [list(column) for column in zip(*rows, strict=True)]
             cursor.execute(f"{into} SELECT * FROM UNNEST({arrays})", values)
         else:
