@@ -1,7 +1,8 @@
 """Site-wide middleware: the metrics of every request (first of all), the Host of the paths
 asked on a private address and the forwarded scheme (both before anything reads them), request
 ids, the headers a route's path asks for (capability URLs, routes readable from any origin),
-and a clear 503 while the database is unreachable."""
+the browser's layers kept off the JSON routes, and a clear 503 while the database is
+unreachable."""
 
 from __future__ import annotations
 
@@ -12,9 +13,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.exception import convert_exception_to_response
+from django.core.signals import setting_changed
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
@@ -22,6 +28,7 @@ from django.urls import URLPattern, get_resolver, get_urlconf
 from django.urls.resolvers import RoutePattern
 from django.utils import translation
 from django.utils.cache import patch_vary_headers
+from django.utils.module_loading import import_string
 from django.utils.translation import get_supported_language_variant
 
 from receiptsite import logconfig, metrics
@@ -34,9 +41,12 @@ logger = logging.getLogger(__name__)
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
+@functools.cache
 def _site_host() -> str:
     """A host ALLOWED_HOSTS takes: SITE_URL's when it does (the default), else the first one
-    it names outright (ALLOWED_HOSTS may name only the hosts a proxy forwards, not SITE_URL's)."""
+    it names outright (ALLOWED_HOSTS may name only the hosts a proxy forwards, not SITE_URL's).
+    Worked out once (the settings are read once, at start), and again when a test changes
+    either setting."""
     own = urlsplit(settings.SITE_URL).netloc.rpartition("@")[2]
     if validate_host(split_domain_port(own)[0], settings.ALLOWED_HOSTS):
         return own
@@ -44,6 +54,14 @@ def _site_host() -> str:
         if host != "*" and not host.startswith("."):
             return host
     return own
+
+
+def _forget_site_host(*, setting: str, **kwargs: object) -> None:
+    if setting in ("SITE_URL", "ALLOWED_HOSTS"):
+        _site_host.cache_clear()
+
+
+setting_changed.connect(_forget_site_host)
 
 
 class MetricsMiddleware:
@@ -131,10 +149,19 @@ def cross_origin(view: View) -> View:
     return view
 
 
+def mark_api(view: View) -> View:
+    """Mark a view a route of the API (every api.routes.api_route's, /metrics, OTLP's): no
+    session, bearer keys if any, never cookies, and an answer in English whatever the
+    request's language. BrowserMiddleware's layers do not run on its path."""
+    view.is_api = True  # type: ignore[attr-defined]
+    return view
+
+
 @dataclass(frozen=True)
 class PathKind:
     capability: bool = False  # the path holds a receipt id, or lies where one would
     cross_origin: bool = False  # a route readable from any origin
+    api: bool = False  # a route of the API (mark_api)
 
 
 Route = tuple[re.Pattern[str], PathKind]
@@ -160,7 +187,11 @@ def _routes(urlconf: str | None) -> tuple[tuple[Route, ...], tuple[str, ...]]:
             ("[^/]+" if isinstance(c, ReceiptIdConverter) else f"(?:{c.regex})") + re.escape(p)
             for c, p in zip(converters, parts[1:], strict=True)
         )
-        kind = PathKind(holds_id, bool(getattr(entry.callback, "cross_origin", False)))
+        kind = PathKind(
+            holds_id,
+            bool(getattr(entry.callback, "cross_origin", False)),
+            bool(getattr(entry.callback, "is_api", False)),
+        )
         routes.append((re.compile(f"/{loose}"), kind))
         if holds_id:
             prefixes.append("/" + route[: route.index("<")])
@@ -178,6 +209,15 @@ def path_kind(path: str) -> PathKind:
     return PathKind(capability=path.startswith(prefixes))
 
 
+def kind_of(request: HttpRequest) -> PathKind:
+    """path_kind of the request's path, worked out once per request."""
+    try:
+        return request.path_kind  # type: ignore[attr-defined,no-any-return]
+    except AttributeError:
+        kind = request.path_kind = path_kind(request.path_info)  # type: ignore[attr-defined]
+        return kind
+
+
 class RouteHeadersMiddleware:
     """The headers a path asks for, on every answer of it, whatever made the answer (the view,
     the 404 of a malformed id, the CSRF 403, the redirect to https, an error page): a
@@ -190,12 +230,79 @@ class RouteHeadersMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        kind = path_kind(request.path_info)
+        kind = kind_of(request)
         if kind.capability:
             set_capability_headers(response)
         if kind.cross_origin:
             response["Access-Control-Allow-Origin"] = "*"
         return response
+
+
+# The hooks Django's handler calls only on the classes of MIDDLEWARE itself.
+_VIEW_HOOKS = ("process_view", "process_exception", "process_template_response")
+
+
+class BrowserMiddleware:
+    """settings.BROWSER_MIDDLEWARE, in its order, around every request but an API route's: the
+    layers only a browser's pages use (the session, the language, the signed-in user, its
+    messages, htmx, django-axes). A route of the API (mark_api) reads none of them: it takes
+    bearer keys, never cookies, and answers in English. Run on its path, they cost about a
+    quarter of /healthz's time in-process, the language alone a tenth. An API route runs in
+    settings.LANGUAGE_CODE, whatever the thread's previous page activated.
+
+    Its layers get their request and their answer as they would in MIDDLEWARE; a class with a
+    hook that Django's handler calls only on MIDDLEWARE's own (process_view, say: the CSRF
+    check) cannot be one of them, and stops the site at start."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        chain: Callable[[HttpRequest], Any] = get_response
+        for dotted in reversed(settings.BROWSER_MIDDLEWARE):
+            factory = import_string(dotted)
+            hooks = [hook for hook in _VIEW_HOOKS if hasattr(factory, hook)]
+            if hooks:
+                raise ImproperlyConfigured(
+                    f"BROWSER_MIDDLEWARE: {dotted} has {hooks[0]}, which Django calls only on "
+                    "the classes of MIDDLEWARE: list it there instead"
+                )
+            chain = convert_exception_to_response(factory(chain))
+        self.browser = chain
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if kind_of(request).api:
+            translation.activate(settings.LANGUAGE_CODE)
+            return self.get_response(request)
+        return cast(HttpResponse, self.browser(request))
+
+
+# What Django's admin and django-axes ask of MIDDLEWARE (their checks admin.E408-E410 and
+# axes.W002, silenced in settings.py: they read MIDDLEWARE alone), of either list here.
+NEEDED_LAYERS = (
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "axes.middleware.AxesMiddleware",
+)
+
+
+def check_browser_layers(**kwargs: object) -> list[checks.CheckMessage]:
+    """The system check of BROWSER_MIDDLEWARE: the layers the admin and django-axes need are in
+    it (or in MIDDLEWARE), and BrowserMiddleware, which runs it, is in MIDDLEWARE."""
+    errors: list[checks.CheckMessage] = []
+    if settings.BROWSER_MIDDLEWARE and "receiptsite.middleware.BrowserMiddleware" not in (
+        settings.MIDDLEWARE
+    ):
+        errors.append(checks.Error(
+            "BROWSER_MIDDLEWARE is set but receiptsite.middleware.BrowserMiddleware, which "
+            "runs it, is not in MIDDLEWARE", id="receiptsite.E001",
+        ))  # fmt: skip
+    for needed in NEEDED_LAYERS:
+        if needed not in settings.BROWSER_MIDDLEWARE and needed not in settings.MIDDLEWARE:
+            errors.append(checks.Error(
+                f"{needed} must be in BROWSER_MIDDLEWARE (or MIDDLEWARE)",
+                id="receiptsite.E002",
+            ))  # fmt: skip
+    return errors
 
 
 DATABASE_ERRORS = (OperationalError, InterfaceError)

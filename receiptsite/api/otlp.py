@@ -47,7 +47,7 @@ from receiptsite.api.strictjson import BadJSON, parse_json
 from receiptsite.audit.recording import in_transaction, touched
 from receiptsite.evidence import otel
 from receiptsite.evidence.document import DocumentInvalid
-from receiptsite.middleware import DatabaseUnavailableMiddleware
+from receiptsite.middleware import DatabaseUnavailableMiddleware, mark_api
 from receiptsite.problems import Problem
 from receiptsite.receipts.services import (
     IdempotencyKeyReused,
@@ -66,6 +66,7 @@ _CODINGS: Final = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 NAMED_REFUSALS: Final = 5
 
 
+@mark_api
 @csrf_exempt
 def traces(request: HttpRequest) -> HttpResponse:
     """The route: the export stored and answered, any refusal re-encoded as OTLP's Status

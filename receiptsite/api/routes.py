@@ -18,7 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 from receiptsite.api.ratelimit import client_address, throttle
 from receiptsite.audit.recording import audited, failed_authentication
 from receiptsite.capability import View
-from receiptsite.middleware import cross_origin
+from receiptsite.middleware import cross_origin, mark_api
 from receiptsite.problems import Problem
 from receiptsite.receipts import rowsecurity
 from receiptsite.receipts.models import ApiKey, AuthFailure, KeyRefused
@@ -130,7 +130,7 @@ def api_route(
             return response
 
         # The path's headers (capability URL, any origin) are RouteHeadersMiddleware's.
-        return csrf_exempt(cross_origin(wrapper) if public else wrapper)
+        return csrf_exempt(mark_api(cross_origin(wrapper) if public else wrapper))
 
     return decorator
 

@@ -33,7 +33,7 @@ from prometheus_client.exposition import choose_encoder
 from receiptsite.api.ratelimit import address_of
 from receiptsite.api.views import _witness_lag
 from receiptsite.ledger import keyring, log, witnesses
-from receiptsite.middleware import DATABASE_ERRORS
+from receiptsite.middleware import DATABASE_ERRORS, mark_api
 from receiptsite.receipts.models import SignedCheckpoint
 
 # The headers a proxy adds to what it forwards (X-Real-IP: nginx's other habit).
@@ -50,6 +50,7 @@ def scrape_allowed(request: HttpRequest) -> bool:
     return peer is not None and any(peer in network for network in settings.METRICS_ALLOWED_FROM)
 
 
+@mark_api
 @csrf_exempt  # a POST from outside gets the 404 too, never the CSRF page
 def metrics(request: HttpRequest) -> HttpResponse:
     if not scrape_allowed(request):
