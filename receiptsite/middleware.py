@@ -127,7 +127,7 @@ class RequestIDMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        incoming = request.headers.get("X-Request-ID", "")
+        incoming = request.META.get("HTTP_X_REQUEST_ID", "")  # request.headers: 8 µs more
         request_id = incoming if REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
         request.request_id = request_id  # type: ignore[attr-defined]
         token = logconfig.request_id.set(request_id)
@@ -164,15 +164,15 @@ class PathKind:
     api: bool = False  # a route of the API (mark_api)
 
 
-Route = tuple[re.Pattern[str], PathKind]
-
-
 @functools.cache
-def _routes(urlconf: str | None) -> tuple[tuple[Route, ...], tuple[str, ...]]:
-    """Each route of the URLconf as a pattern that takes any segment where it takes a
-    parameter (so that a malformed id is still that route's path), with its kind; and the
-    capability prefixes, each route's path up to its receipt id (`/run/`, `/api/receipt/`...)."""
-    routes: list[Route] = []
+def _routes(urlconf: str | None) -> tuple[re.Pattern[str], tuple[PathKind, ...], tuple[str, ...]]:
+    """The URLconf's routes as one pattern, in their order, each a group `r<i>` that takes any
+    segment where the route takes a receipt id (so that a malformed id is still that route's
+    path), with each route's kind; and the capability prefixes, each route's path up to its
+    receipt id (`/run/`, `/api/receipt/`...). One pattern: trying two dozen in turn took 12 to
+    20 µs of every request."""
+    shapes: list[str] = []
+    kinds: list[PathKind] = []
     prefixes: list[str] = []
     for entry in get_resolver(urlconf).url_patterns:
         if not (isinstance(entry, URLPattern) and isinstance(entry.pattern, RoutePattern)):
@@ -187,25 +187,29 @@ def _routes(urlconf: str | None) -> tuple[tuple[Route, ...], tuple[str, ...]]:
             ("[^/]+" if isinstance(c, ReceiptIdConverter) else f"(?:{c.regex})") + re.escape(p)
             for c, p in zip(converters, parts[1:], strict=True)
         )
-        kind = PathKind(
+        kinds.append(PathKind(
             holds_id,
             bool(getattr(entry.callback, "cross_origin", False)),
             bool(getattr(entry.callback, "is_api", False)),
-        )
-        routes.append((re.compile(f"/{loose}"), kind))
+        ))  # fmt: skip
+        shapes.append(f"(?P<r{len(shapes)}>/{loose})")
         if holds_id:
             prefixes.append("/" + route[: route.index("<")])
-    return tuple(routes), tuple(prefixes)
+    pattern = re.compile("|".join(shapes))
+    if pattern.groups != len(shapes):  # a converter's own group would hide which route matched
+        raise ImproperlyConfigured(f"a converter of {urlconf or settings.ROOT_URLCONF} has a "
+                                   "capturing group: make it (?:...)")  # fmt: skip
+    return pattern, tuple(kinds), tuple(prefixes)
 
 
 def path_kind(path: str) -> PathKind:
     """What the URLconf's routes say of `path` (a request's path_info): the first route whose
     shape it has decides (`/api/receipts/batch` is that route, not an id); a path of no route
     under a capability prefix (`/run/<anything>/...`) is a capability URL still."""
-    routes, prefixes = _routes(get_urlconf())
-    for pattern, kind in routes:
-        if pattern.fullmatch(path):
-            return kind
+    pattern, kinds, prefixes = _routes(get_urlconf())
+    found = pattern.fullmatch(path)
+    if found is not None and found.lastgroup is not None:
+        return kinds[int(found.lastgroup[1:])]
     return PathKind(capability=path.startswith(prefixes))
 
 

@@ -105,3 +105,13 @@ def test_the_system_check_asks_for_what_the_admin_and_axes_need(settings: Any) -
     ]
     settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if not m.endswith(".BrowserMiddleware")]
     assert "receiptsite.E001" in {e.id for e in check_browser_layers()}
+
+
+def test_the_first_route_whose_shape_a_path_has_decides() -> None:
+    # The URLconf's routes are one pattern (middleware._routes): its order is theirs.
+    assert not path_kind("/api/receipts/batch").capability  # that route, not an id
+    assert path_kind("/api/receipts/not-an-id").capability
+    assert path_kind("/run/x/no/such/route").capability  # under a capability prefix
+    tile = path_kind("/log/tile/0/x001/002.p/3")
+    assert tile.cross_origin and tile.api and not tile.capability
+    assert path_kind("/") == path_kind("/nowhere") == path_kind("/admin/")
