@@ -1,7 +1,7 @@
 """Site-wide middleware: the metrics of every request (first of all), the Host of the paths
 asked on a private address and the forwarded scheme (both before anything reads them), request
 ids, the headers a route's path asks for (capability URLs, routes readable from any origin),
-the browser's layers kept off the JSON routes, and a clear 503 while the database is
+the browser's layers kept off the API's routes, and a clear 503 while the database is
 unreachable."""
 
 from __future__ import annotations
@@ -13,23 +13,25 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core import checks
+from django.contrib.auth import middleware as auth
+from django.contrib.messages import middleware as messages
+from django.contrib.sessions import middleware as sessions
 from django.core.exceptions import ImproperlyConfigured
-from django.core.handlers.exception import convert_exception_to_response
 from django.core.signals import setting_changed
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
+from django.middleware import locale
 from django.urls import URLPattern, get_resolver, get_urlconf
 from django.urls.resolvers import RoutePattern
 from django.utils import translation
 from django.utils.cache import patch_vary_headers
-from django.utils.module_loading import import_string
 from django.utils.translation import get_supported_language_variant
+from django_htmx import middleware as htmx
 
 from receiptsite import logconfig, metrics
 from receiptsite.api.ratelimit import from_trusted_proxy
@@ -152,7 +154,8 @@ def cross_origin(view: View) -> View:
 def mark_api(view: View) -> View:
     """Mark a view a route of the API (every api.routes.api_route's, /metrics, OTLP's): no
     session, bearer keys if any, never cookies, and an answer in English whatever the
-    request's language. BrowserMiddleware's layers do not run on its path."""
+    request's language. The layers of BrowserOnly (and LocaleMiddleware) let its requests
+    straight through."""
     view.is_api = True  # type: ignore[attr-defined]
     return view
 
@@ -242,73 +245,6 @@ class RouteHeadersMiddleware:
         return response
 
 
-# The hooks Django's handler calls only on the classes of MIDDLEWARE itself.
-_VIEW_HOOKS = ("process_view", "process_exception", "process_template_response")
-
-
-class BrowserMiddleware:
-    """settings.BROWSER_MIDDLEWARE, in its order, around every request but an API route's: the
-    layers only a browser's pages use (the session, the language, the signed-in user, its
-    messages, htmx, django-axes). A route of the API (mark_api) reads none of them: it takes
-    bearer keys, never cookies, and answers in English. Run on its path, they cost about a
-    quarter of /healthz's time in-process, the language alone a tenth. An API route runs in
-    settings.LANGUAGE_CODE, whatever the thread's previous page activated.
-
-    Its layers get their request and their answer as they would in MIDDLEWARE; a class with a
-    hook that Django's handler calls only on MIDDLEWARE's own (process_view, say: the CSRF
-    check) cannot be one of them, and stops the site at start."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-        chain: Callable[[HttpRequest], Any] = get_response
-        for dotted in reversed(settings.BROWSER_MIDDLEWARE):
-            factory = import_string(dotted)
-            hooks = [hook for hook in _VIEW_HOOKS if hasattr(factory, hook)]
-            if hooks:
-                raise ImproperlyConfigured(
-                    f"BROWSER_MIDDLEWARE: {dotted} has {hooks[0]}, which Django calls only on "
-                    "the classes of MIDDLEWARE: list it there instead"
-                )
-            chain = convert_exception_to_response(factory(chain))
-        self.browser = chain
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        if kind_of(request).api:
-            translation.activate(settings.LANGUAGE_CODE)
-            return self.get_response(request)
-        return cast(HttpResponse, self.browser(request))
-
-
-# What Django's admin and django-axes ask of MIDDLEWARE (their checks admin.E408-E410 and
-# axes.W002, silenced in settings.py: they read MIDDLEWARE alone), of either list here.
-NEEDED_LAYERS = (
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "axes.middleware.AxesMiddleware",
-)
-
-
-def check_browser_layers(**kwargs: object) -> list[checks.CheckMessage]:
-    """The system check of BROWSER_MIDDLEWARE: the layers the admin and django-axes need are in
-    it (or in MIDDLEWARE), and BrowserMiddleware, which runs it, is in MIDDLEWARE."""
-    errors: list[checks.CheckMessage] = []
-    if settings.BROWSER_MIDDLEWARE and "receiptsite.middleware.BrowserMiddleware" not in (
-        settings.MIDDLEWARE
-    ):
-        errors.append(checks.Error(
-            "BROWSER_MIDDLEWARE is set but receiptsite.middleware.BrowserMiddleware, which "
-            "runs it, is not in MIDDLEWARE", id="receiptsite.E001",
-        ))  # fmt: skip
-    for needed in NEEDED_LAYERS:
-        if needed not in settings.BROWSER_MIDDLEWARE and needed not in settings.MIDDLEWARE:
-            errors.append(checks.Error(
-                f"{needed} must be in BROWSER_MIDDLEWARE (or MIDDLEWARE)",
-                id="receiptsite.E002",
-            ))  # fmt: skip
-    return errors
-
-
 DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 
@@ -347,6 +283,8 @@ class QueryLanguageMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if kind_of(request).api:
+            return self.get_response(request)  # English (LocaleMiddleware)
         wanted = request.GET.get("lang", "")
         if wanted:
             try:
@@ -407,3 +345,48 @@ class ResourcePolicyMiddleware:
         response.headers.setdefault("Cross-Origin-Resource-Policy", "same-origin")
         response.headers.setdefault("Permissions-Policy", PERMISSIONS_POLICY)
         return response
+
+
+# --- the layers only a browser's pages use ------------------------------------------------------
+
+
+class BrowserOnly:
+    """For a layer only the pages and the admin use: on an API route's path (mark_api) the
+    request goes straight on to the next layer. An API route takes bearer keys, never cookies,
+    and answers in English: it reads no session, no signed-in user, no messages, no htmx and
+    no language. Run there, those layers took about a quarter of /healthz's time in-process.
+    Django's admin checks still find them in MIDDLEWARE (they are its classes' subclasses)."""
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if kind_of(request).api:
+            return cast(HttpResponse, self.get_response(request))  # type: ignore[attr-defined]
+        return cast(HttpResponse, super().__call__(request))  # type: ignore[misc]
+
+
+class SessionMiddleware(BrowserOnly, sessions.SessionMiddleware):
+    pass
+
+
+class AuthenticationMiddleware(BrowserOnly, auth.AuthenticationMiddleware):
+    pass
+
+
+class MessageMiddleware(BrowserOnly, messages.MessageMiddleware):
+    pass
+
+
+class HtmxMiddleware(BrowserOnly, htmx.HtmxMiddleware):
+    pass
+
+
+class LocaleMiddleware(locale.LocaleMiddleware):
+    """Django's, on every path but an API route's, which runs in settings.LANGUAGE_CODE
+    whatever the thread's previous page activated, and says nothing of languages (no
+    `Vary: Accept-Language`, no `Content-Language`): its answers are the same in every one."""
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if kind_of(request).api:
+            translation.activate(settings.LANGUAGE_CODE)
+            return cast(HttpResponse, self.get_response(request))
+        return cast(HttpResponse, super().__call__(request))
+

@@ -178,35 +178,24 @@ MIDDLEWARE = [
     # Before WhiteNoise, so that static files carry the CSP too (every response does).
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # The session, the language, the signed-in user, its messages and htmx: Django's (and
+    # django-htmx's) layers, which let an API route's requests straight through (the API
+    # takes bearer keys, never cookies, and answers in English: receiptsite/middleware.py).
+    "receiptsite.middleware.SessionMiddleware",
+    "receiptsite.middleware.LocaleMiddleware",
+    "receiptsite.middleware.QueryLanguageMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "receiptsite.middleware.DatabaseUnavailableMiddleware",
-    # Last: BROWSER_MIDDLEWARE, on every path but an API route's.
-    "receiptsite.middleware.BrowserMiddleware",
-]
-
-# The layers only a browser's pages use, run in this order inside BrowserMiddleware, never on
-# a route of the API (middleware.mark_api: no session, bearer keys, never cookies; answers in
-# English).
-# Only classes without process_view, process_exception or process_template_response (those
-# hooks are Django's handler's, for MIDDLEWARE's own classes: the CSRF check stays there).
-BROWSER_MIDDLEWARE = [
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.locale.LocaleMiddleware",
-    "receiptsite.middleware.QueryLanguageMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "receiptsite.middleware.AuthenticationMiddleware",
     # On PostgreSQL a staff user's admin requests read every tenant (receipts/rowsecurity.py).
     "receiptsite.receipts.rowsecurity.AuditorScopeMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
+    "receiptsite.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "receiptsite.middleware.HtmxMiddleware",
+    "receiptsite.middleware.DatabaseUnavailableMiddleware",
     # Last, as django-axes asks: it turns a locked-out sign-in into the lockout answer.
     "axes.middleware.AxesMiddleware",
 ]
-# The admin's and django-axes' checks that sessions, the signed-in user, messages and axes
-# are in MIDDLEWARE read that list alone; receiptsite.middleware.check_browser_layers checks
-# both lists instead.
-SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410", "axes.W002"]
 
 ROOT_URLCONF = "receiptsite.urls"
 WSGI_APPLICATION = "receiptsite.wsgi.application"

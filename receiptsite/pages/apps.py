@@ -9,10 +9,3 @@ class PagesConfig(AppConfig):
     name = "receiptsite.pages"
     label = "pages"
     verbose_name = "Pages"
-
-    def ready(self) -> None:
-        from django.core import checks
-
-        from receiptsite.middleware import check_browser_layers
-
-        checks.register(check_browser_layers)
