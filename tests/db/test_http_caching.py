@@ -98,7 +98,7 @@ def test_a_receipt_route_answers_304_to_its_etag_and_stays_no_store(
     for name, value in CAPABILITY.items():
         assert again[name] == value, name
     assert again.get("Vary") == first.get("Vary")
-    # The language changes the page's answers, never the API's (middleware.BrowserMiddleware).
+    # The language changes the page's answers, never the API's (middleware.BrowserOnly).
     varies = {v.strip() for v in again.get("Vary", "").split(",")}
     assert ("Accept-Language" in varies) == (route != "verify"), again.get("Vary")
     head = client.head(path, headers={"If-None-Match": etag})
