@@ -32,7 +32,7 @@ from receiptsite.evidence.kinds import Enum
 from receiptsite.evidence.openapi import OPENAPI
 from receiptsite.integrity import tiles
 from receiptsite.integrity.encoding import b64
-from receiptsite.ledger import keyring, log, witnesses
+from receiptsite.ledger import keyring, log, verification, witnesses
 from receiptsite.ledger import tiles as log_tiles
 from receiptsite.ledger.keys_document import ended_json, keys_document_json
 from receiptsite.middleware import DATABASE_ERRORS, database_unavailable
@@ -272,7 +272,7 @@ def conditional(
 
 @api_route("GET", public=True, capability=True, rate={"GET": "read"})
 def receipt_verification(request: HttpRequest, receipt_id: uuid.UUID) -> HttpResponse:
-    receipt = Receipt.objects.verifiable(receipt_id)
+    receipt = verification.verifiable(receipt_id)  # with the log's checkpoint: one statement
     if receipt is None:
         raise receipt_not_found()
     body, status = withdrawal.verification_answer(receipt)

@@ -383,6 +383,24 @@ def readiness(kid: str) -> tuple[SignedHead | LogNotSigned, str | None]:
     checkpoint (or the LogNotSigned, LogRollback included, that published() would raise), and
     the status of the signing key `kid` (None when no such key is recorded) for
     keyring.check_status. Nothing written."""
+    signed, status, _ = _read_published(kid, "", ())
+    return signed, status
+
+
+def published_with(
+    sql: str, params: Sequence[Any]
+) -> tuple[SignedHead | LogNotSigned, tuple[Any, ...]]:
+    """published() (or the LogNotSigned it would raise), and the row of `sql`, a SELECT that
+    finds one row or none (then a row of NULLs), read in one statement: the verify route and
+    the page read a receipt and the checkpoint its proof is against in one round trip
+    (ledger/verification.verifiable). Nothing written."""
+    signed, _, row = _read_published("", sql, params)
+    return signed, row
+
+
+def _read_published(
+    kid: str, sql: str, params: Sequence[Any]
+) -> tuple[SignedHead | LogNotSigned, str | None, tuple[Any, ...]]:
     # LOG_STATE_FILE first: it names only trees already committed, so the stored tree read
     # after it is at least as large unless the database went back. (Read the other way round,
     # a signature made between the two reads would look like a rollback.)
@@ -392,15 +410,18 @@ def readiness(kid: str) -> tuple[SignedHead | LogNotSigned, str | None]:
         known = _combine(remembered)
     except LogNotSigned as error:  # two remembered trees disagree: the key is still asked
         known, refused = None, error
-    ((text, disowned, size, root, status),) = _query(
-        _PUBLISHED, [known.size if known is not None else 0, kid]
-    )
+    asked = [known.size if known is not None else 0, kid]
+    if sql:
+        statement = f"SELECT p.*, q.* FROM ({_PUBLISHED}) AS p LEFT JOIN ({sql}) AS q ON 1 = 1"
+        ((text, disowned, size, root, status, *row),) = _query(statement, [*asked, *params])
+    else:
+        ((text, disowned, size, root, status),), row = _query(_PUBLISHED, asked), []
     if refused is not None:
-        return refused, status
+        return refused, status, tuple(row)
     try:
-        return _checked(text, disowned, size, root, remembered, known), status
+        return _checked(text, disowned, size, root, remembered, known), status, tuple(row)
     except LogNotSigned as error:
-        return error, status
+        return error, status, tuple(row)
 
 
 def _checked(

@@ -198,11 +198,33 @@ class ReceiptQuerySet(InsertQuerySet["Receipt"]):
         log entry, as for_verification() fetches it, in one hand-written query: on the hot
         routes compiling the ORM query cost more than running it. Every field is read from
         the row now."""
+        sql, params = self.verifiable_statement(public_id, tenant_id)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        return self.verifiable_from(row)
+
+    def verifiable_statement(
+        self, public_id: uuid.UUID, tenant_id: int | None = None
+    ) -> tuple[str, list[Any]]:
+        """verifiable()'s SELECT and its parameters, for a caller that reads more in the same
+        round trip (ledger/verification.verifiable: the log's latest checkpoint too)."""
         field = Receipt._meta.get_field("public_id")
         params = [field.get_db_prep_value(public_id, connection)]
-        if tenant_id is None:
-            return _one("r.public_id = %s", params)
-        return _one("r.public_id = %s AND r.tenant_id = %s", [*params, tenant_id])
+        where = "r.public_id = %s"
+        if tenant_id is not None:
+            where, params = f"{where} AND r.tenant_id = %s", [*params, tenant_id]
+        return f"{_select_sql(connection.vendor)} WHERE {where}", params
+
+    def verifiable_from(self, row: Sequence[Any] | None) -> Receipt | None:
+        """The receipt of a row of verifiable_statement(); None for no row, or one of NULLs
+        (a LEFT JOIN that found none)."""
+        if row is None or row[0] is None:
+            return None
+        (receipt, tenant, signing_key), (log_index,) = _split(row, Receipt, Tenant, SigningKey)
+        receipt.tenant, receipt.signing_key = tenant, signing_key
+        receipt.__dict__["log_index"] = log_index  # None: no place in the log yet
+        return cast(Receipt, receipt)
 
     def stored_under(
         self, tenant_id: int, keys: Sequence[str], hashes: Sequence[str]
@@ -477,18 +499,6 @@ def _split(row: Sequence[Any], *kinds: type[models.Model]) -> tuple[list[Any], S
         built.append(_build(kind, row[start:end]))
         start = end
     return built, row[start:]
-
-
-def _one(where: str, params: Sequence[Any]) -> Receipt | None:
-    with connection.cursor() as cursor:
-        cursor.execute(f"{_select_sql(connection.vendor)} WHERE {where}", params)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    (receipt, tenant, signing_key), (log_index,) = _split(row, Receipt, Tenant, SigningKey)
-    receipt.tenant, receipt.signing_key = tenant, signing_key
-    receipt.__dict__["log_index"] = log_index  # None: no place in the log yet
-    return cast(Receipt, receipt)
 
 
 class LogEntry(models.Model):

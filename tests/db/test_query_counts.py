@@ -28,13 +28,14 @@ pytestmark = pytest.mark.db
 # route with a receipt id sets and clears `app.receipt_ids` (2), a tenant route sets
 # `app.tenant_id` (1); its writes also take the log's advisory lock (1).
 PUBLIC = {
-    # the receipt with its tenant, key and log entry; the latest signed checkpoint; the proof
-    "verify": (3, 5),
-    # verify's three, and the hand-off's follow-up note
-    "page": (4, 6),
-    # the page's: verify's three (a receipt that does not verify says so on its first line),
+    # the receipt with its tenant, key and log entry, and the latest signed checkpoint, in one
+    # (ledger/verification.verifiable); the proof
+    "verify": (2, 4),
+    # verify's two, and the hand-off's follow-up note
+    "page": (3, 5),
+    # the page's: verify's two (a receipt that does not verify says so on its first line),
     # and the follow-up note
-    "handoff": (4, 6),
+    "handoff": (3, 5),
     # the log's head, the keys, the keys' history (its statements: one table more, one
     # query, however long the history), and the logs it continues (`continuelog`)
     "keys": (4, 4),

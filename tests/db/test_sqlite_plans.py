@@ -1,7 +1,8 @@
-"""How SQLite reads the receipts a list of ids or idempotency keys names (ReceiptQuerySet.named:
-a page's linked receipts, a post's links). SQLite keeps no statistics unless asked (ANALYZE),
-and without them it read `tenant_id = ? AND public_id IN (...)` through the tenant's index, every
-receipt of the tenant (30 ms against 0.2 ms at 20,000 receipts). The suite's database has no
+"""How SQLite reads the receipts the hot statements name: ReceiptQuerySet.named (a page's
+linked receipts, a post's links), stored_under (ingest's) and the verify route's. SQLite keeps no
+statistics unless asked (ANALYZE), and without them it read `tenant_id = ? AND public_id IN
+(...)` through the tenant's index, every receipt of the tenant (30 ms against 0.2 ms at 20,000
+receipts). The suite's database has no
 statistics either: each lookup must use its own index.
 """
 
@@ -75,3 +76,30 @@ def test_the_receipts_under_idempotency_keys_are_read_by_their_indexes(
                    for step in steps), steps
     found = Receipt.objects.stored_under(tenant.pk, keys, hashes)
     assert sorted(receipt.idempotency_key or "" for receipt, _ in found) == keys
+
+
+def test_the_verify_routes_statement_reads_the_receipt_by_its_public_id(
+    producer: Producer,
+) -> None:
+    """ledger/verification.verifiable: the receipt and the log's latest checkpoint in one
+    statement, the receipt found through its public id's index however the join is planned
+    (a scan would read every receipt on every verify)."""
+    from receiptsite.ledger import log
+    from receiptsite.ledger.verification import verifiable
+
+    ids = [producer.publish(idempotency_key=f"v-{n}")["id"] for n in range(12)]
+    sql, params = Receipt.objects.verifiable_statement(ids[5])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"EXPLAIN QUERY PLAN SELECT p.*, q.* FROM ({log._PUBLISHED}) AS p "
+            f"LEFT JOIN ({sql}) AS q ON 1 = 1",
+            [0, "", *params],
+        )
+        steps = [str(row[3]) for row in cursor.fetchall()]
+    # The receipts table is `r` in the statement.
+    reads = [step for step in steps if step.split()[1:2] == ["r"]]
+    assert reads and all("(public_id=?)" in step for step in reads), steps
+    assert not any(step.startswith("SCAN") and step.split()[1] in ("r", "receipts_receipt")
+                   for step in steps), steps
+    found = verifiable(ids[5])
+    assert found is not None and found.uuid == ids[5]
