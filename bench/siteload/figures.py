@@ -88,24 +88,49 @@ class Target:
     share: float
     base: str
 
-    def judge(self, results: dict[str, Measure]) -> str:
+    def name(self) -> str:
+        latency = self.figure == "p99"
+        against = {"ms": f"{self.share:g} ms", "p50": f"{self.share:g} x its p50"}.get(
+            self.base, f"{self.share:g} x {self.base} req/s"
+        )
+        return f"{self.route:<17} {self.figure} {'<=' if latency else '>='} {against}"
+
+    def outcome(self, results: dict[str, Measure]) -> tuple[float, float, float, str]:
+        """The route's figure, its bound, the base the bound is a share of (1 for "ms") and
+        the verdict (holds, MISSED or no verdict), in one run's `results`."""
         m = results[self.route]
         if self.base == "ms":
-            against, base, unit = f"{self.share:g} ms", 1.0, " ms"
+            base = 1.0
         elif self.base == "p50":
-            against, base, unit = f"{self.share:g} x its p50", m.p50_ms, " ms"
+            base = m.p50_ms
         else:
-            against, base, unit = f"{self.share:g} x {self.base} req/s", results[self.base].rps, ""
+            base = results[self.base].rps
         value, bound = _figure(m, self.figure), self.share * base
-        latency = self.figure == "p99"
-        holds = value <= bound if latency else value >= bound
+        holds = value <= bound if self.figure == "p99" else value >= bound
         others = [results[self.base]] if self.base in results else []
+        return value, bound, base, verdict(holds, m, *others)
+
+    def judge(self, results: dict[str, Measure]) -> str:
+        value, bound, base, said = self.outcome(results)
+        unit = "" if self.figure != "p99" else " ms"
         return (
-            f"  {self.route:<17} {self.figure} {'<=' if latency else '>='} {against}: "
-            f"{value:,.1f}{unit} vs {bound:,.1f}{unit}"
+            f"  {self.name()}: {value:,.1f}{unit} vs {bound:,.1f}{unit}"
             + ("" if self.base == "ms" else f" ({_common.ratio(value, base)})")
-            + f": {verdict(holds, m, *others)}"
+            + f": {said}"
         )
+
+    def judge_over(self, rounds: list[dict[str, Measure]]) -> str:
+        """The target in each round that measured its route, each figure as its ratio to the
+        base of its own round (or in ms), and in how many rounds it held."""
+        kept = [r for r in rounds if self.route in r and (self.base in ("ms", "p50")
+                                                          or self.base in r)]  # fmt: skip
+        outcomes = [self.outcome(r) for r in kept]
+        shown = [
+            f"{value:,.0f} ms" if self.base == "ms" else _common.ratio(value, base)
+            for value, _, base, _ in outcomes
+        ]
+        held = sum(said == "holds" for *_, said in outcomes)
+        return f"  {self.name()}: {' '.join(shown)}: holds in {held} of {len(outcomes)} rounds"
 
 
 RAW = "raw WSGI baseline"
@@ -134,9 +159,21 @@ def print_targets(results: dict[str, Measure], reads: list[str]) -> None:
         print(Target(route, "p99", TAIL, "p50").judge(results))
 
 
-def print_results(results: dict[str, Measure], largest: int) -> None:
+def print_targets_over(rounds: list[dict[str, Measure]], reads: list[str]) -> None:
+    """With --repeat: each target in every round, judged within its round (each round has
+    its own raw baseline), and in how many rounds it held."""
+    print(f"\ntargets over {len(rounds)} rounds (16 connections unless told otherwise; each "
+          "figure is its ratio to the base of its own round):")  # fmt: skip
+    for target in TARGETS:
+        print(target.judge_over(rounds))
+    for route in ["/healthz", *reads]:
+        print(Target(route, "p99", TAIL, "p50").judge_over(rounds))
+
+
+def print_results(results: dict[str, Measure], largest: int, rounds: int = 1) -> None:
     raw = results[RAW]
-    print(f"\nresults at {largest:,} receipts (ratios to the raw baseline of this run):")
+    which = "this run" if rounds == 1 else f"round 1 of {rounds}, whose rows these are"
+    print(f"\nresults at {largest:,} receipts (ratios to the raw baseline of {which}):")
     print(HEADER)
     for m in results.values():
         print(format_row(m, raw))

@@ -149,6 +149,7 @@ class Routes:
     load: Load
     rng: random.Random
     run_token: str = field(default_factory=lambda: f"load-{secrets.token_hex(4)}")
+    rounds: int = 0  # ingests() so far: each round's check posts take keys of their own
 
     def paths_file(self, name: str, paths: Sequence[str]) -> Path:
         path = self.tmp / f"{name}.paths"
@@ -172,17 +173,18 @@ class Routes:
             {"BENCH_PATHS": str(self.paths_file("healthz", ["/healthz"]))},
         )  # fmt: skip
 
-    def reads(self, server: Server, size: int) -> dict[str, Measure]:
-        """Check, then load, verify, the page and each list route at the current size."""
+    def reads(self, server: Server, size: int, *, lists: bool = True) -> dict[str, Measure]:
+        """Check, then load, verify, the page and (unless not `lists`) each list route at the
+        current size."""
         sample = [
             str(public_id(self.shape.seed, self.rng.randrange(size)))
             for _ in range(min(size, SAMPLE))
         ]
         check_verify(server.url, sample[0])
         check_page(server.url, sample[0])
-        lists = list_routes(self.shape, size, self.rng)
+        listed = list_routes(self.shape, size, self.rng) if lists else []
         acme = self.site.tenants[0][0]
-        for route in lists:
+        for route in listed:
             check_list(server.url, self.site.keys[0], acme, route.queries[0], route.label)
         results = {}
         verify = self.paths_file("verify", [f"/api/receipt/{i}/verify" for i in sample])
@@ -191,7 +193,7 @@ class Routes:
         )
         page = self.paths_file("page", [f"/run/{i}" for i in sample])
         results["page"] = self.load.run(server, "page", "paths.lua", {"BENCH_PATHS": str(page)})
-        for route in lists:
+        for route in listed:
             file = self.paths_file(route.label.replace(" ", "_").replace("/", "_"),
                                    [list_path(q) for q in route.queries])  # fmt: skip
             results[route.label] = self.load.run(
@@ -202,9 +204,11 @@ class Routes:
 
     def ingests(self, server: Server, size: int) -> dict[str, Measure]:
         key = self.site.keys[0]
+        self.rounds += 1
+        check = f"{self.run_token}/check-{self.rounds}"
         singles = ingest_bodies(self.shape, size, self.rng, 50)
         status, body = http(server.url + "/api/receipts", "POST",
-                            with_key(singles[0], f"{self.run_token}/check/1"), key)  # fmt: skip
+                            with_key(singles[0], f"{check}/1"), key)  # fmt: skip
         if status != 201:
             fail(f"single ingest answered {status}: {body[:300]!r}")
         check_verify(server.url, json.loads(body)["id"])
@@ -212,7 +216,7 @@ class Routes:
         text = json.dumps(batches[0])
         count = iter(range(1, BATCH + 1))
         text = "".join(
-            part if n == 0 else f"{self.run_token}/check-batch/{next(count)}{part}"
+            part if n == 0 else f"{check}-batch/{next(count)}{part}"
             for n, part in enumerate(text.split("@KEY@"))
         )
         status, body = http(server.url + "/api/receipts/batch", "POST", text.encode(), key)

@@ -97,21 +97,30 @@ def check_rows(table: str, routes: list[str]) -> None:
 
 
 def test_the_load_benchmark_runs_and_prints_every_route() -> None:
+    """With --repeat 2: the targets' routes are measured in a second round, with its own raw
+    baseline, and each target is judged in every round that measured it."""
     require("wrk")
-    output = run_benchmark()
+    output = run_benchmark("--repeat", "2")
     table = output.split("results at 300 receipts", 1)[1].split("targets", 1)[0]
     check_rows(table, ROUTES)
-    for target in (
-        "ingest single     receipts/s >= 0.1 x raw WSGI baseline req/s",
-        "ingest batch      receipts/s >= 0.35 x raw WSGI baseline req/s",
-        "ingest single     p99 <= 1000 ms", "ingest batch      p99 <= 1000 ms",
-        "/healthz          req/s >= 0.5 x raw WSGI baseline req/s",
-        "verify            req/s >= 0.6 x /healthz req/s",
-        "page              req/s >= 0.5 x /healthz req/s",
-        "/healthz          p99 <= 2.5 x its p50", "page              p99 <= 2.5 x its p50",
-        "list since/until  p99 <= 2.5 x its p50",
+    second = output.split("round 2 of 2:", 1)[1].split("results at 300 receipts", 1)[0]
+    for route in ("raw WSGI baseline", "/healthz", "verify", "page", "ingest single",
+                  "ingest batch"):  # fmt: skip
+        assert re.search(rf"^  {re.escape(route)}\s+{NUMBER}", second, re.MULTILINE), route
+    assert not re.search(r"^  list ", second, re.MULTILINE)  # the lists: the first round only
+    for target, rounds in (
+        ("ingest single     receipts/s >= 0.1 x raw WSGI baseline req/s", 2),
+        ("ingest batch      receipts/s >= 0.35 x raw WSGI baseline req/s", 2),
+        ("ingest single     p99 <= 1000 ms", 2), ("ingest batch      p99 <= 1000 ms", 2),
+        ("/healthz          req/s >= 0.5 x raw WSGI baseline req/s", 2),
+        ("verify            req/s >= 0.6 x /healthz req/s", 2),
+        ("page              req/s >= 0.5 x /healthz req/s", 2),
+        ("/healthz          p99 <= 2.5 x its p50", 2),
+        ("page              p99 <= 2.5 x its p50", 2),
+        ("list since/until  p99 <= 2.5 x its p50", 1),
     ):
-        line = rf"^  {re.escape(target)}: .*: (holds|MISSED)$"
+        figures = " ".join([rf"(?:x{NUMBER}|{NUMBER} ms|-)"] * rounds)
+        line = rf"^  {re.escape(target)}: {figures}: holds in [0-{rounds}] of {rounds} rounds$"
         assert re.search(line, output, re.MULTILINE), target
     plans = output.split("query plans at 300 receipts", 1)[1]
     for route in ("verify", "page", "list workflow_id", "list since/until"):
