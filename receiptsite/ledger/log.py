@@ -398,6 +398,12 @@ def published_with(
     return signed, row
 
 
+def published_statement(sql: str) -> str:
+    """published_with()'s one statement: the latest-checkpoint query (its parameters the
+    remembered tree's size and a kid) LEFT JOINed to `sql`'s row (its parameters after)."""
+    return f"SELECT p.*, q.* FROM ({_PUBLISHED}) AS p LEFT JOIN ({sql}) AS q ON 1 = 1"
+
+
 def _read_published(
     kid: str, sql: str, params: Sequence[Any]
 ) -> tuple[SignedHead | LogNotSigned, str | None, tuple[Any, ...]]:
@@ -412,7 +418,7 @@ def _read_published(
         known, refused = None, error
     asked = [known.size if known is not None else 0, kid]
     if sql:
-        statement = f"SELECT p.*, q.* FROM ({_PUBLISHED}) AS p LEFT JOIN ({sql}) AS q ON 1 = 1"
+        statement = published_statement(sql)
         ((text, disowned, size, root, status, *row),) = _query(statement, [*asked, *params])
     else:
         ((text, disowned, size, root, status),), row = _query(_PUBLISHED, asked), []
